@@ -1,0 +1,57 @@
+# kernel-fun: one entry point for every workflow. `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+# The venv's python when there is one, else the interpreter on PATH (the H200 image).
+PY ?= $(shell test -x .venv/bin/python && echo .venv/bin/python || echo python3)
+export PYTHONPATH := $(CURDIR):$(CURDIR)/package/src$(if $(PYTHONPATH),:$(PYTHONPATH))
+
+FAMILY ?= cconv
+IDEA ?=
+COMMIT ?=
+SHAPES ?= all
+STRICT ?=
+OUT ?= out
+
+.PHONY: help setup test gpu-test lint vendor drift bench board winner wheel prodtime device clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+setup:  ## create .venv with everything the CPU tests need (keeps an installed torch/triton)
+	bash tools/setup.sh
+
+test:  ## every CPU test (GPU tests skip with a reason)
+	$(PY) -m pytest -q -m "not gpu" tests package/tests
+
+gpu-test:  ## GPU tests + an end-to-end prod bench (needs a CUDA GPU, sm90+)
+	$(PY) -m pytest -q -m gpu -rs tests package/tests
+	$(PY) -m ladder bench cconv 001 --shapes prod --allow-dirty --out $(OUT)/gpu-test-records
+
+lint:  ## ruff check + format check
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+vendor:  ## promote FAMILY's winner into package/ (IDEA=NNN COMMIT=sha optional)
+	$(PY) tools/vendor.py $(FAMILY) $(if $(IDEA),--idea $(IDEA)) $(if $(COMMIT),--commit $(COMMIT))
+
+drift:  ## is the package what vendor makes of its recorded source? (STRICT=1: stale is fatal)
+	$(PY) tools/drift.py $(if $(STRICT),--strict)
+
+bench:  ## bench IDEA of FAMILY on the GPU (SHAPES=prod|sweep|all)
+	$(PY) -m ladder bench $(FAMILY) $(IDEA) --shapes $(SHAPES)
+
+board:  ## rank FAMILY's ideas from committed records
+	$(PY) -m ladder board $(FAMILY)
+
+winner:  ## print FAMILY's promotable winner
+	$(PY) -m ladder winner $(FAMILY)
+
+wheel:  ## build the kernel-fun wheel into dist/
+	$(PY) -m build --wheel --outdir dist package
+
+prodtime:  ## fla vs kernel_fun at the production call and in a KDA layer step (GPU)
+	$(PY) tools/prodtime.py --out $(OUT)/prodtime.json
+
+clean:
+	rm -rf dist build package/build .pytest_cache .ruff_cache
