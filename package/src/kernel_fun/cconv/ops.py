@@ -269,11 +269,11 @@ def warmup(
     nothing. Returns the number of warm-up calls made (0 when our kernels are not used here,
     e.g. on a CPU-only machine).
     """
-    if not compat.check_fla():
+    if not compat.check_fla() or not torch.cuda.is_available():
         return 0
     dev = torch.device("cuda", torch.cuda.current_device()) if device is None else device
     dev = torch.device(dev) if not isinstance(dev, torch.device) else dev
-    if dev.type != "cuda" or not torch.cuda.is_available():
+    if dev.type != "cuda":
         return 0
     w = torch.randn(D, W, device=dev, dtype=torch.float32).to(weight_dtype)
     calls = 0

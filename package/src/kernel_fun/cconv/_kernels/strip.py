@@ -159,8 +159,26 @@ def _store(p, t, st, v, T, m, MD: tl.constexpr, MT: tl.constexpr):
 
 @triton.jit
 def _fwd4(
-    py, t, syt, T, m_d, xa, xb, xc, xd, xm1, xm2, xm3, w0, w1, w2, w3,
-    W: tl.constexpr, FAST: tl.constexpr, MD: tl.constexpr, MT: tl.constexpr,
+    py,
+    t,
+    syt,
+    T,
+    m_d,
+    xa,
+    xb,
+    xc,
+    xd,
+    xm1,
+    xm2,
+    xm3,
+    w0,
+    w1,
+    w2,
+    w3,
+    W: tl.constexpr,
+    FAST: tl.constexpr,
+    MD: tl.constexpr,
+    MT: tl.constexpr,
 ):
     """Rows t..t+3 from their loaded x and the ring behind them; returns the ring for t+4."""
     xa = xa.to(tl.float32)
@@ -187,11 +205,39 @@ def _g(z, dy, FAST: tl.constexpr):
 
 @triton.jit
 def _bwd4(
-    pdx, t, sdt, t0, T, m_d,
-    xa, xb, xc, xd, da, db, dc, dd,
-    xm1, xm2, xm3, gm1, gm2, gm3,
-    dw0, dw1, dw2, dw3, w0, w1, w2, w3,
-    W: tl.constexpr, FAST: tl.constexpr, HEAD: tl.constexpr, MD: tl.constexpr, MT: tl.constexpr,
+    pdx,
+    t,
+    sdt,
+    t0,
+    T,
+    m_d,
+    xa,
+    xb,
+    xc,
+    xd,
+    da,
+    db,
+    dc,
+    dd,
+    xm1,
+    xm2,
+    xm3,
+    gm1,
+    gm2,
+    gm3,
+    dw0,
+    dw1,
+    dw2,
+    dw3,
+    w0,
+    w1,
+    w2,
+    w3,
+    W: tl.constexpr,
+    FAST: tl.constexpr,
+    HEAD: tl.constexpr,
+    MD: tl.constexpr,
+    MT: tl.constexpr,
 ):
     """Rows t..t+3 of the backward: their g, their dw contributions, and dx for rows t-3..t.
     HEAD: this block may start the segment, so dx rows before t0 (the previous segment's,
@@ -214,8 +260,26 @@ def _bwd4(
     r = t - 3
     if HEAD:
         _store(pdx, r, sdt, _dx(gm3, gm2, gm1, ga, w0, w1, w2, w3, W), T, m_d & (r >= t0), MD, True)
-        _store(pdx, r + 1, sdt, _dx(gm2, gm1, ga, gb, w0, w1, w2, w3, W), T, m_d & (r + 1 >= t0), MD, True)
-        _store(pdx, r + 2, sdt, _dx(gm1, ga, gb, gc, w0, w1, w2, w3, W), T, m_d & (r + 2 >= t0), MD, True)
+        _store(
+            pdx,
+            r + 1,
+            sdt,
+            _dx(gm2, gm1, ga, gb, w0, w1, w2, w3, W),
+            T,
+            m_d & (r + 1 >= t0),
+            MD,
+            True,
+        )
+        _store(
+            pdx,
+            r + 2,
+            sdt,
+            _dx(gm1, ga, gb, gc, w0, w1, w2, w3, W),
+            T,
+            m_d & (r + 2 >= t0),
+            MD,
+            True,
+        )
     else:
         _store(pdx, r, sdt, _dx(gm3, gm2, gm1, ga, w0, w1, w2, w3, W), T, m_d, MD, MT)
         _store(pdx, r + 1, sdt, _dx(gm2, gm1, ga, gb, w0, w1, w2, w3, W), T, m_d, MD, MT)
@@ -232,10 +296,24 @@ def _bwd4(
 @triton.heuristics({"MD": lambda a: a["D"] % a["BD"] != 0})
 @triton.jit(do_not_specialize=["T", "TS", "WORK"])
 def cconv_fwd_kernel(
-    x, w, y,
-    T, D, TS, WORK,
-    sxb, sxt, sxd, syb, syt,
-    W: tl.constexpr, FAST: tl.constexpr, EVEN_T: tl.constexpr, BD: tl.constexpr, G: tl.constexpr, MD: tl.constexpr,
+    x,
+    w,
+    y,
+    T,
+    D,
+    TS,
+    WORK,
+    sxb,
+    sxt,
+    sxd,
+    syb,
+    syt,
+    W: tl.constexpr,
+    FAST: tl.constexpr,
+    EVEN_T: tl.constexpr,
+    BD: tl.constexpr,
+    G: tl.constexpr,
+    MD: tl.constexpr,
 ):
     i_d = tl.program_id(0)
     i_s = tl.program_id(1)
@@ -277,20 +355,61 @@ def cconv_fwd_kernel(
             xf = _load(px, t + 5, sxt, T, m_d, MD, MT)
             xg = _load(px, t + 6, sxt, T, m_d, MD, MT)
             xh = _load(px, t + 7, sxt, T, m_d, MD, MT)
-        xm1, xm2, xm3 = _fwd4(py, t, syt, T, m_d, xa, xb, xc, xd, xm1, xm2, xm3,
-                              w0, w1, w2, w3, W, FAST, MD, MT)
+        xm1, xm2, xm3 = _fwd4(
+            py, t, syt, T, m_d, xa, xb, xc, xd, xm1, xm2, xm3, w0, w1, w2, w3, W, FAST, MD, MT
+        )
         if G == 8:
-            xm1, xm2, xm3 = _fwd4(py, t + 4, syt, T, m_d, xe, xf, xg, xh, xm1, xm2, xm3,
-                                  w0, w1, w2, w3, W, FAST, MD, MT)
+            xm1, xm2, xm3 = _fwd4(
+                py,
+                t + 4,
+                syt,
+                T,
+                m_d,
+                xe,
+                xf,
+                xg,
+                xh,
+                xm1,
+                xm2,
+                xm3,
+                w0,
+                w1,
+                w2,
+                w3,
+                W,
+                FAST,
+                MD,
+                MT,
+            )
 
 
 @triton.heuristics({"MD": lambda a: a["D"] % a["BD"] != 0})
 @triton.jit(do_not_specialize=["T", "TS", "NS", "WORK"])
 def cconv_bwd_kernel(
-    x, w, dy, dx, dwp,
-    T, D, TS, NS, WORK,
-    sxb, sxt, sxd, sgb, sgt, sgd, sdb, sdt,
-    W: tl.constexpr, FAST: tl.constexpr, EVEN_T: tl.constexpr, BD: tl.constexpr, G: tl.constexpr, MD: tl.constexpr,
+    x,
+    w,
+    dy,
+    dx,
+    dwp,
+    T,
+    D,
+    TS,
+    NS,
+    WORK,
+    sxb,
+    sxt,
+    sxd,
+    sgb,
+    sgt,
+    sgd,
+    sdb,
+    sdt,
+    W: tl.constexpr,
+    FAST: tl.constexpr,
+    EVEN_T: tl.constexpr,
+    BD: tl.constexpr,
+    G: tl.constexpr,
+    MD: tl.constexpr,
 ):
     i_d = tl.program_id(0)
     i_s = tl.program_id(1)
@@ -352,15 +471,75 @@ def cconv_bwd_kernel(
             dg = _load(pdy, t + 6, sgt, T, m_d, MD, MT)
             dh = _load(pdy, t + 7, sgt, T, m_d, MD, MT)
         xm1, xm2, xm3, gm1, gm2, gm3, dw0, dw1, dw2, dw3 = _bwd4(
-            pdx, t, sdt, t0, T, m_d, xa, xb, xc, xd, da, db, dc, dd,
-            xm1, xm2, xm3, gm1, gm2, gm3, dw0, dw1, dw2, dw3, w0, w1, w2, w3,
-            W, FAST, True, MD, MT,
+            pdx,
+            t,
+            sdt,
+            t0,
+            T,
+            m_d,
+            xa,
+            xb,
+            xc,
+            xd,
+            da,
+            db,
+            dc,
+            dd,
+            xm1,
+            xm2,
+            xm3,
+            gm1,
+            gm2,
+            gm3,
+            dw0,
+            dw1,
+            dw2,
+            dw3,
+            w0,
+            w1,
+            w2,
+            w3,
+            W,
+            FAST,
+            True,
+            MD,
+            MT,
         )
         if G == 8:
             xm1, xm2, xm3, gm1, gm2, gm3, dw0, dw1, dw2, dw3 = _bwd4(
-                pdx, t + 4, sdt, t0, T, m_d, xe, xf, xg, xh, de, df, dg, dh,
-                xm1, xm2, xm3, gm1, gm2, gm3, dw0, dw1, dw2, dw3, w0, w1, w2, w3,
-                W, FAST, False, MD, MT,
+                pdx,
+                t + 4,
+                sdt,
+                t0,
+                T,
+                m_d,
+                xe,
+                xf,
+                xg,
+                xh,
+                de,
+                df,
+                dg,
+                dh,
+                xm1,
+                xm2,
+                xm3,
+                gm1,
+                gm2,
+                gm3,
+                dw0,
+                dw1,
+                dw2,
+                dw3,
+                w0,
+                w1,
+                w2,
+                w3,
+                W,
+                FAST,
+                False,
+                MD,
+                MT,
             )
 
     # Halo: g of the next segment's first three rows completes this segment's last three dx
@@ -369,7 +548,9 @@ def cconv_bwd_kernel(
     hb = _load(px, t1 + 1, sxt, T, m_d, MD, True).to(tl.float32)
     hc = _load(px, t1 + 2, sxt, T, m_d, MD, True).to(tl.float32)
     ga = _g(_z(ha, xm1, xm2, xm3, w0, w1, w2, w3, W), _load(pdy, t1, sgt, T, m_d, MD, True), FAST)
-    gb = _g(_z(hb, ha, xm1, xm2, w0, w1, w2, w3, W), _load(pdy, t1 + 1, sgt, T, m_d, MD, True), FAST)
+    gb = _g(
+        _z(hb, ha, xm1, xm2, w0, w1, w2, w3, W), _load(pdy, t1 + 1, sgt, T, m_d, MD, True), FAST
+    )
     gc = _g(_z(hc, hb, ha, xm1, w0, w1, w2, w3, W), _load(pdy, t1 + 2, sgt, T, m_d, MD, True), FAST)
     r = t1 - 3
     _store(pdx, r, sdt, _dx(gm3, gm2, gm1, ga, w0, w1, w2, w3, W), T, m_d, MD, True)
@@ -483,8 +664,20 @@ def cconv_bwd(
     fast = FAST_SIGMOID and x.dtype == torch.bfloat16
     dwp = torch.empty((B * NS, D, W), dtype=torch.float32, device=x.device)
     args = (
-        x, w_c, dy, dx, dwp, T, D, TS, NS, _work_bucket(B, T, D),
-        *x.stride(), *dy.stride(), dx.stride(0), dx.stride(1),
+        x,
+        w_c,
+        dy,
+        dx,
+        dwp,
+        T,
+        D,
+        TS,
+        NS,
+        _work_bucket(B, T, D),
+        *x.stride(),
+        *dy.stride(),
+        dx.stride(0),
+        dx.stride(1),
     )
     if AUTOTUNE and B * T * D >= SMALL_WORK:
         cconv_bwd_tuned[lambda m: (triton.cdiv(D, m["BD"]), NS, B)](

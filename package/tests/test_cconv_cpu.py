@@ -1,0 +1,167 @@
+"""CPU checks of the cconv dispatch: the whitelist, the reasons, the per-call switches and the
+verbatim fallback. The kernels themselves are checked on the GPU (test_cconv_gpu.py)."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+
+fla_ops = pytest.importorskip("fla.modules.causal_conv1d.ops")
+
+from kernel_fun.cconv import (  # noqa: E402
+    causal_conv1d,
+    is_supported,
+    ops,  # noqa: E402
+)
+
+
+def _inputs(B=2, T=8, D=16, W=4, dtype=torch.bfloat16):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(B, T, D, generator=g).to(dtype)
+    w = torch.randn(D, W, generator=g)
+    return x, w
+
+
+def test_every_fla_parameter_is_classified():
+    """A parameter fla adds later fails here until it is classified in FLA_PARAMETERS."""
+    fla_params = set(inspect.signature(fla_ops.causal_conv1d).parameters)
+    assert fla_params == set(ops.FLA_PARAMETERS), (
+        f"unclassified: {sorted(fla_params - set(ops.FLA_PARAMETERS))}, "
+        f"stale: {sorted(set(ops.FLA_PARAMETERS) - fla_params)}"
+    )
+
+
+def test_signature_matches_fla_exactly():
+    ours = inspect.signature(causal_conv1d).parameters
+    theirs = inspect.signature(fla_ops.causal_conv1d).parameters
+    assert list(ours) == list(theirs)
+    for name, p in theirs.items():
+        assert ours[name].kind == p.kind, name
+        assert ours[name].default == p.default, name
+    # is_supported takes exactly the same arguments
+    assert list(inspect.signature(is_supported).parameters) == list(theirs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [
+        ({"bias": torch.zeros(16)}, "bias"),
+        ({"residual": torch.zeros(2, 8, 16)}, "residual"),
+        ({"initial_state": torch.zeros(2, 16, 4)}, "initial_state"),
+        ({"output_final_state": True}, "output_final_state"),
+        ({"cu_seqlens": torch.tensor([0, 8])}, "cu_seqlens"),
+        ({"cu_seqlens_cpu": torch.tensor([0, 8])}, "cu_seqlens_cpu"),
+        ({"chunk_indices": torch.zeros(1, 2)}, "chunk_indices"),
+        ({"cp_context": object()}, "cp_context"),
+        ({"activation": None}, "activation"),
+        ({"activation": "gelu"}, "activation"),
+        ({"backend": "cuda"}, "backend"),
+        ({"backend": "mix"}, "backend"),
+        ({"seq_idx": torch.zeros(2, 8)}, "seq_idx"),
+        ({"some_future_flag": 1}, "some_future_flag"),
+    ],
+)
+def test_each_unsupported_flag_has_its_reason(kwargs, needle):
+    x, w = _inputs()
+    args = {"activation": "silu", **kwargs}
+    ok, reason = is_supported(x, w, **args)
+    assert not ok
+    assert needle in reason
+
+
+@pytest.mark.parametrize(
+    "make, needle",
+    [
+        (lambda: (torch.randn(2, 8, 16), torch.randn(16, 4)), "dtype"),  # fp32 x
+        (lambda: (torch.randn(8, 16).bfloat16(), torch.randn(16, 4)), "[B, T, D]"),
+        (lambda: (torch.randn(2, 8, 16).bfloat16(), torch.randn(16, 5)), "W=5"),
+        (lambda: (torch.randn(2, 8, 16).bfloat16(), torch.randn(12, 4)), "[D, W]"),
+        (lambda: (torch.randn(2, 8, 16).bfloat16(), torch.randn(16)), "[D, W]"),
+        (lambda: (torch.randn(2, 8, 16).bfloat16(), torch.ones(16, 4, dtype=torch.int32)), "float"),
+        (lambda: (torch.randn(2, 8, 16).bfloat16(), torch.randn(16, 4)), "CUDA"),
+    ],
+)
+def test_shape_dtype_device_reasons(make, needle):
+    x, w = make()
+    ok, reason = is_supported(x, w, activation="silu")
+    assert not ok
+    assert needle in reason, reason
+
+
+def test_switches_are_read_per_call(monkeypatch):
+    x, w = _inputs()
+    monkeypatch.delenv("KERNEL_FUN_DISABLE", raising=False)
+    monkeypatch.delenv("KERNEL_FUN_CCONV_DISABLE", raising=False)
+    _, reason = is_supported(x, w, activation="silu")
+    assert "disabled" not in reason
+    monkeypatch.setenv("KERNEL_FUN_CCONV_DISABLE", "1")
+    _, reason = is_supported(x, w, activation="silu")
+    assert "disabled" in reason
+    monkeypatch.delenv("KERNEL_FUN_CCONV_DISABLE")
+    monkeypatch.setenv("KERNEL_FUN_DISABLE", "1")
+    _, reason = is_supported(x, w, activation="silu")
+    assert "disabled" in reason
+    monkeypatch.setenv("KERNEL_FUN_DISABLE", "0")
+    _, reason = is_supported(x, w, activation="silu")
+    assert "disabled" not in reason
+
+
+def _outcome(fn, *args, **kwargs):
+    try:
+        return ("ok", fn(*args, **kwargs))
+    except Exception as e:  # the exact error fla raises is part of the contract
+        return ("raised", type(e), str(e))
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"activation": "silu"},
+        {"activation": "silu", "bias": torch.zeros(16)},
+        {"activation": None},
+        {"activation": "silu", "backend": "bogus"},
+    ],
+)
+def test_cpu_call_goes_to_fla_verbatim(kwargs):
+    """On a CPU tensor the call is fla's: the same result or the same error, bit for bit."""
+    x, w = _inputs()
+    ours = _outcome(causal_conv1d, x, w, **kwargs)
+    theirs = _outcome(fla_ops.causal_conv1d, x, w, **kwargs)
+    assert ours[0] == theirs[0]
+    if ours[0] == "raised":
+        assert ours[1:] == theirs[1:]
+    else:
+        (y1, s1), (y2, s2) = ours[1], theirs[1]
+        assert torch.equal(y1, y2)
+        assert (s1 is None) == (s2 is None)
+
+
+def test_fallback_forwards_every_argument(monkeypatch):
+    """The fallback passes each argument through by name, unchanged, extra keywords included."""
+    seen = {}
+
+    def fake_fla(**kw):
+        seen.update(kw)
+        return "y", "state"
+
+    monkeypatch.setattr(ops.compat, "fla_causal_conv1d", lambda: fake_fla)
+    x, w = _inputs()
+    bias = torch.zeros(16)
+    out = causal_conv1d(
+        x, w, bias=bias, activation="swish", backend="mix", output_final_state=True, seq_idx=7
+    )
+    assert out == ("y", "state")
+    assert seen["x"] is x and seen["weight"] is w and seen["bias"] is bias
+    assert seen["activation"] == "swish" and seen["backend"] == "mix"
+    assert seen["output_final_state"] is True and seen["seq_idx"] == 7
+    assert set(seen) == set(ops.FLA_PARAMETERS) - {"kwargs"} | {"seq_idx"}
+
+
+def test_warmup_without_gpu_does_nothing():
+    from kernel_fun.cconv import warmup
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU; warmup is checked in test_cconv_gpu.py")
+    assert warmup(64) == 0

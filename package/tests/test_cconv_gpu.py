@@ -1,0 +1,403 @@
+"""GPU checks of kernel_fun.cconv against an fp64 oracle and against fla (run: make gpu-test).
+
+Tolerances: relative L2 error against the fp64 oracle of at most 5e-3 (y), 8e-3 (dx) and
+2e-2 (dw), and no more than 10% above fla's own error on the same inputs.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+fla_ops = pytest.importorskip("fla.modules.causal_conv1d.ops")
+
+from kernel_fun._common import support  # noqa: E402
+from kernel_fun.cconv import causal_conv1d, is_supported, ops, warmup  # noqa: E402
+
+TOL = {"y": 5e-3, "dx": 8e-3, "dw": 2e-2}
+RATIO = 1.10
+SLACK = 1e-6
+OUR_KERNELS = ("cconv_fwd_kernel", "cconv_bwd_kernel")
+FLA_KERNELS = ("causal_conv1d_fwd_kernel", "causal_conv1d_bwd_kernel")
+bf16, f16, f32 = torch.bfloat16, torch.float16, torch.float32
+
+
+# ----------------------------------------------------------------------------------------
+# references
+# ----------------------------------------------------------------------------------------
+
+
+def _shift(t: torch.Tensor, j: int) -> torch.Tensor:
+    """out[:, r] = t[:, r - j] along dim 1 (zeros where r - j falls outside)."""
+    if j == 0:
+        return t
+    out = torch.zeros_like(t)
+    if j > 0:
+        out[:, j:] = t[:, :-j]
+    else:
+        out[:, :j] = t[:, -j:]
+    return out
+
+
+def oracle(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor):
+    """fp64 y, dx, dw of y = silu(causal depthwise conv), written from the definition:
+    the tap for x[t - j] is w[:, W-1-j]."""
+    x, w, dy = x.double(), w.double(), dy.double()
+    W = w.shape[1]
+    z = sum(w[:, W - 1 - j] * _shift(x, j) for j in range(W))
+    s = torch.sigmoid(z)
+    y = z * s
+    g = dy * s * (1 + z * (1 - s))
+    dx = sum(w[:, W - 1 - j] * _shift(g, -j) for j in range(W))
+    dw = torch.stack([(g * _shift(x, W - 1 - k)).sum((0, 1)) for k in range(W)], dim=1)
+    return y, dx, dw
+
+
+def rel(a: torch.Tensor, ref: torch.Tensor) -> float:
+    a = a.double()
+    assert torch.isfinite(a).all(), "non-finite output"
+    return ((a - ref).norm() / ref.norm().clamp_min(1e-300)).item()
+
+
+def run(fn, x, w, dy):
+    xl = x.detach().requires_grad_()
+    wl = w.detach().requires_grad_()
+    y, state = fn(xl, wl, activation="silu")
+    assert state is None
+    y.backward(dy)
+    return y.detach(), xl.grad, wl.grad
+
+
+def make(B, T, D, W, xdt, wdt, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(B, T, D, device="cuda", generator=g).to(xdt)
+    w = (torch.randn(D, W, device="cuda", generator=g) / W**0.5).to(wdt)
+    dy = torch.randn(B, T, D, device="cuda", generator=g).to(xdt)
+    return x, w, dy
+
+
+def check_against_oracle_and_fla(x, w, dy, label=""):
+    ours = run(causal_conv1d, x, w, dy)
+    theirs = run(fla_ops.causal_conv1d, x, w, dy)
+    ref = oracle(x, w, dy)
+    assert ours[0].dtype == x.dtype and ours[1].dtype == x.dtype and ours[2].dtype == w.dtype
+    assert ours[0].is_contiguous()
+    for name, o, f, r in zip(("y", "dx", "dw"), ours, theirs, ref):
+        e_ours, e_fla = rel(o, r), rel(f, r)
+        assert e_ours <= TOL[name], f"{label} {name}: err {e_ours:.3e} > {TOL[name]}"
+        assert e_ours <= RATIO * e_fla + SLACK, (
+            f"{label} {name}: err {e_ours:.3e} vs fla {e_fla:.3e} (> {RATIO}x)"
+        )
+
+
+def kernels_launched(fn) -> set[str]:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return {e.name for e in prof.events() if e.device_type.name == "CUDA"}
+
+
+def any_named(names: set[str], needles) -> bool:
+    return any(n in name for name in names for n in needles)
+
+
+# ----------------------------------------------------------------------------------------
+# parity: every value of each axis, and the risky pairs
+# ----------------------------------------------------------------------------------------
+
+CASES = [
+    # B, T, D, W, x dtype, w dtype
+    (1, 1, 100, 4, bf16, f32),
+    (3, 2, 256, 3, f16, f32),
+    (16, 3, 1024, 2, bf16, bf16),
+    (1, 15, 2048, 1, f16, bf16),
+    (3, 64, 4096, 4, bf16, f32),
+    (16, 1000, 100, 4, f16, f32),  # ragged T, D not a multiple of any strip
+    (1, 1000, 4096, 3, bf16, bf16),
+    (3, 8192, 1024, 2, bf16, f32),
+    (16, 8192, 2048, 4, bf16, f32),  # prod
+    (16, 8192, 2048, 4, f16, f32),
+    (1, 8192, 256, 1, f16, bf16),
+    (3, 1000, 2048, 4, bf16, f32),
+    (16, 64, 100, 3, bf16, f32),
+    (1, 2, 4096, 4, f16, f32),
+    (3, 15, 256, 4, bf16, bf16),
+    (16, 1000, 4096, 2, bf16, f32),
+    (1, 3, 100, 2, f16, bf16),
+    (16, 1, 2048, 4, bf16, f32),
+]
+
+
+@pytest.mark.parametrize("B,T,D,W,xdt,wdt", CASES, ids=lambda v: str(v).replace("torch.", ""))
+def test_parity_with_oracle_and_fla(B, T, D, W, xdt, wdt):
+    x, w, dy = make(B, T, D, W, xdt, wdt, seed=B * 7 + T + D + W)
+    ok, reason = is_supported(x, w, activation="silu")
+    assert ok, reason
+    check_against_oracle_and_fla(x, w, dy, f"B{B} T{T} D{D} W{W} {xdt} {wdt}")
+
+
+# ----------------------------------------------------------------------------------------
+# layouts of x and dy
+# ----------------------------------------------------------------------------------------
+
+
+def _layout(kind: str, B: int, T: int, D: int, dtype):
+    g = torch.Generator(device="cuda").manual_seed(11)
+    if kind == "contiguous":
+        return torch.randn(B, T, D, device="cuda", generator=g).to(dtype)
+    if kind == "channel-slice":  # q of a fused [B, T, 3D] projection output
+        return torch.randn(B, T, 3 * D, device="cuda", generator=g).to(dtype)[..., D : 2 * D]
+    if kind == "pitch-514":  # token pitch 514 elements for D = 512
+        return torch.randn(B, T, 514, device="cuda", generator=g).to(dtype)[..., :D]
+    if kind == "offset-1":
+        flat = torch.randn(B * T * D + 1, device="cuda", generator=g).to(dtype)
+        return flat[1:].view(B, T, D)
+    if kind == "transposed":  # stored [B, D, T]
+        return torch.randn(B, D, T, device="cuda", generator=g).to(dtype).transpose(1, 2)
+    raise ValueError(kind)
+
+
+@pytest.mark.parametrize(
+    "kind", ["contiguous", "channel-slice", "pitch-514", "offset-1", "transposed"]
+)
+@pytest.mark.parametrize("B,T", [(2, 1000), (4, 2048)])
+def test_x_layouts(kind, B, T):
+    D, W = 512, 4
+    x = _layout(kind, B, T, D, bf16)
+    assert kind == "contiguous" or not x.is_contiguous()
+    w = torch.randn(D, W, device="cuda") / 2
+    dy = torch.randn(B, T, D, device="cuda").to(bf16)
+    check_against_oracle_and_fla(x, w, dy, kind)
+
+
+def test_dy_slice_of_wider_tensor():
+    B, T, D, W = 2, 1000, 512, 4
+    x, w, _ = make(B, T, D, W, bf16, f32)
+    dy = torch.randn(B, T, 2 * D, device="cuda").to(bf16)[..., :D]
+    check_against_oracle_and_fla(x, w, dy, "dy slice")
+
+
+def test_dy_with_zero_strides():
+    """y.sum().backward() hands the backward an expanded scalar: every stride is 0."""
+    B, T, D, W = 2, 1000, 512, 4
+    x, w, _ = make(B, T, D, W, bf16, f32)
+    grads = []
+    for fn in (causal_conv1d, fla_ops.causal_conv1d):
+        xl, wl = x.detach().requires_grad_(), w.detach().requires_grad_()
+        fn(xl, wl, activation="silu")[0].sum().backward()
+        grads.append((xl.grad, wl.grad))
+    dy = torch.ones(B, T, D, device="cuda", dtype=bf16)
+    _, dx_ref, dw_ref = oracle(x, w, dy)
+    (dx, dw), (dx_f, dw_f) = grads
+    assert rel(dx, dx_ref) <= TOL["dx"] and rel(dx, dx_ref) <= RATIO * rel(dx_f, dx_ref) + SLACK
+    assert rel(dw, dw_ref) <= TOL["dw"] and rel(dw, dw_ref) <= RATIO * rel(dw_f, dw_ref) + SLACK
+
+
+# ----------------------------------------------------------------------------------------
+# the fallback: bit-identical to fla, and none of our kernels
+# ----------------------------------------------------------------------------------------
+
+
+def _fallback_cases():
+    B, T, D, W = 2, 256, 256, 4
+    x, w, _ = make(B, T, D, W, bf16, f32)
+    return {
+        "bias": (x, w, {"bias": torch.randn(D, device="cuda")}),
+        "residual": (x, w, {"residual": torch.randn(B, T, D, device="cuda").to(bf16)}),
+        "initial_state": (x, w, {"initial_state": torch.randn(B, D, W, device="cuda").to(bf16)}),
+        "output_final_state": (x, w, {"output_final_state": True}),
+        "no activation": (x, w, {"activation": None}),
+        "cu_seqlens": (
+            x[:1],
+            w,
+            {"cu_seqlens": torch.tensor([0, 100, 256], device="cuda", dtype=torch.int32)},
+        ),
+        "W=5": (x, torch.randn(D, 5, device="cuda"), {}),
+        "fp32 x": (x.float(), w, {}),
+    }
+
+
+@pytest.mark.parametrize("name", list(_fallback_cases()))
+def test_unsupported_is_bit_identical_to_fla(name, monkeypatch):
+    monkeypatch.delenv("KERNEL_FUN_DISABLE", raising=False)
+    x, w, extra = _fallback_cases()[name]
+    kwargs = {"activation": "silu", **extra}
+    ok, reason = is_supported(x, w, **kwargs)
+    assert not ok and reason
+
+    def both(fn):
+        xl, wl = x.detach().requires_grad_(), w.detach().requires_grad_()
+        y, state = fn(xl, wl, **kwargs)
+        y.float().square().sum().backward()
+        return y, state, xl.grad, wl.grad
+
+    names = kernels_launched(lambda: both(causal_conv1d))
+    assert not any_named(names, OUR_KERNELS), f"our kernels ran on a fallback: {names}"
+    torch.manual_seed(0)
+    ours = both(causal_conv1d)
+    torch.manual_seed(0)
+    theirs = both(fla_ops.causal_conv1d)
+    for a, b in zip(ours, theirs):
+        if a is None or b is None:
+            assert a is None and b is None
+        else:
+            assert torch.equal(a, b), name
+
+
+def test_disable_switch_is_bit_identical(monkeypatch):
+    x, w, dy = make(2, 512, 512, 4, bf16, f32)
+    monkeypatch.setenv("KERNEL_FUN_CCONV_DISABLE", "1")
+    names = kernels_launched(lambda: run(causal_conv1d, x, w, dy))
+    assert not any_named(names, OUR_KERNELS)
+    ours = run(causal_conv1d, x, w, dy)
+    theirs = run(fla_ops.causal_conv1d, x, w, dy)
+    assert all(torch.equal(a, b) for a, b in zip(ours, theirs))
+
+
+def test_supported_call_runs_ours_not_fla():
+    x, w, dy = make(4, 2048, 1024, 4, bf16, f32)
+    names = kernels_launched(lambda: run(causal_conv1d, x, w, dy))
+    assert any_named(names, ("cconv_fwd_kernel",)), names
+    assert any_named(names, ("cconv_bwd_kernel",)), names
+    assert not any_named(names, FLA_KERNELS), f"fla's conv kernels ran: {names}"
+
+
+# ----------------------------------------------------------------------------------------
+# determinism, CUDA graphs, torch.compile, autotune caching, 64-bit offsets
+# ----------------------------------------------------------------------------------------
+
+
+def test_deterministic_dx_dw():
+    x, w, dy = make(16, 4096, 2048, 4, bf16, f32)
+    first = run(causal_conv1d, x, w, dy)
+    for _ in range(3):
+        again = run(causal_conv1d, x, w, dy)
+        assert all(torch.equal(a, b) for a, b in zip(first, again))
+
+
+class _Conv(torch.nn.Module):
+    def __init__(self, w):
+        super().__init__()
+        self.w = torch.nn.Parameter(w.clone())
+
+    def forward(self, x):
+        return causal_conv1d(x, self.w, activation="silu")[0]
+
+
+def test_cuda_graph_capture_replays_bit_identical(monkeypatch):
+    B, T, D, W = 4, 2048, 1024, 4
+    x, w, dy = make(B, T, D, W, bf16, f32)
+    mod = _Conv(w).cuda()
+    xe = x.detach().requires_grad_()
+    ref_y = mod(xe)
+    ref_y.backward(dy)
+    ref = (ref_y.detach().clone(), xe.grad.clone(), mod.w.grad.clone())
+    mod.w.grad = None
+
+    # During capture and replay nothing may reach fla: make the fallback fail loudly.
+    def no_fla():
+        raise AssertionError("fla fallback taken under capture")
+
+    monkeypatch.setattr(ops.compat, "fla_causal_conv1d", no_fla)
+    graphed = torch.cuda.make_graphed_callables(mod, (x.detach().requires_grad_(),))
+    for _ in range(2):
+        mod.w.grad = None
+        xg = x.detach().requires_grad_()
+        y = graphed(xg)
+        y.backward(dy)
+        torch.cuda.synchronize()
+        assert torch.equal(y, ref[0])
+        assert torch.equal(xg.grad, ref[1])
+        assert torch.equal(mod.w.grad, ref[2])
+
+
+def test_capture_of_a_cold_shape_goes_to_fla():
+    x, w, _ = make(1, 333, 320, 3, bf16, f32)  # a shape nothing else here runs
+    sig = ops._warm_sig(x, w)
+    assert support.capture_unsupported_reason(sig, False) is None  # not capturing now
+    stream = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.stream(stream):
+        # fla's path under capture for a cold shape is fla's business; only the gate is checked
+        with torch.cuda.graph(graph, stream=stream):
+            reason = ops._unsupported_reason(
+                x, w, "silu", "triton", dict.fromkeys(ops._DEFAULT_ONLY), {}
+            )
+    assert reason is not None and "capture" in reason
+
+
+def test_torch_compile_dynamic_two_lengths():
+    D, W = 1024, 4
+    w = (torch.randn(D, W, device="cuda") / 2).requires_grad_()
+
+    def loss_fn(x, w):
+        y, _ = causal_conv1d(x, w, activation="silu")
+        return y.float().square().mean()
+
+    compiled = torch.compile(loss_fn, dynamic=True)
+    for T in (1000, 1536):
+        x = torch.randn(2, T, D, device="cuda").to(bf16).requires_grad_()
+        loss = compiled(x, w)
+        loss.backward()
+        assert torch.isfinite(loss)
+        assert torch.isfinite(x.grad).all() and torch.isfinite(w.grad).all()
+        x2 = x.detach().requires_grad_()
+        w2 = w.detach().requires_grad_()
+        eager = loss_fn(x2, w2)
+        eager.backward()
+        assert torch.allclose(loss, eager, rtol=1e-4)
+        # the compiled graph computes dy itself, so grads agree to rounding, not bit for bit
+        assert rel(x.grad, x2.grad.double()) < 2e-2
+        assert rel(w.grad, w2.grad.double()) < 2e-2
+        w.grad = None
+
+
+def test_warmup_then_new_lengths_do_not_autotune():
+    from kernel_fun.cconv._kernels import strip
+
+    B, D, W = 2, 1024, 4
+    calls = warmup(D, W, B=B, T_max=8192)
+    assert calls > 0
+    tuners = [strip.cconv_fwd_tuned, strip.cconv_bwd_tuned]
+    before = [dict(t.cache) for t in tuners]
+    assert all(before), "warmup autotuned nothing"
+    rng = random.Random(5)
+    w = torch.randn(D, W, device="cuda")
+    for _ in range(20):
+        T = rng.randint(1, 8192)
+        x = torch.randn(B, T, D, device="cuda").to(bf16)
+        run(causal_conv1d, x, w, torch.randn_like(x))
+    after = [dict(t.cache) for t in tuners]
+    assert after == before, "a new length triggered autotuning after warmup"
+
+
+@pytest.mark.slow
+def test_offsets_past_2_31_elements():
+    """Batch 1 starts at element 2^31: every offset must be 64-bit."""
+    B, T, D, W = 2, 262144, 8192, 4
+    assert T * D == 2**31
+    torch.manual_seed(3)
+    x = torch.randn(B, T, D, device="cuda", dtype=bf16)
+    w = torch.randn(D, W, device="cuda") / 2
+    dy = torch.randn(B, T, D, device="cuda", dtype=bf16)
+    with torch.no_grad():
+        y = ops._CausalConv1dSilu.apply(x, w)
+    xl = x.detach().requires_grad_()
+    ops._CausalConv1dSilu.apply(xl, w).backward(dy)
+    dx = xl.grad
+    R = 64
+    for lo in (0, T - R):  # batch 1's first rows (offset 2^31) and its last rows
+        s0 = max(0, lo - (W - 1))
+        s1 = min(T, lo + R + (W - 1))
+        xs, dys = x[1:2, s0:s1], dy[1:2, s0:s1].clone()
+        dys[:, : lo - s0] = 0  # rows before lo: their context is cut, they must not contribute
+        yr, dxr, _ = oracle(xs, w, dys)
+        a, b = lo - s0, lo - s0 + R
+        assert rel(y[1:2, lo : lo + R], yr[:, a:b]) <= TOL["y"]
+        assert rel(dx[1:2, lo : lo + R], dxr[:, a:b]) <= TOL["dx"]
