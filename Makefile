@@ -53,5 +53,8 @@ wheel:  ## build the kernel-fun wheel into dist/
 prodtime:  ## fla vs kernel_fun at the production call and in a KDA layer step (GPU)
 	$(PY) tools/prodtime.py --out $(OUT)/prodtime.json
 
+device:  ## every GPU stage in one call, logs and records under OUT (STAGES=...)
+	OUT=$(OUT) PY=$(PY) bash tools/device.sh
+
 clean:
 	rm -rf dist build package/build .pytest_cache .ruff_cache

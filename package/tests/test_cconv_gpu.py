@@ -111,26 +111,32 @@ def any_named(names: set[str], needles) -> bool:
 # parity: every value of each axis, and the risky pairs
 # ----------------------------------------------------------------------------------------
 
+# Five (D, W, x dtype, w dtype) keys cover every D, W and dtype; B and T vary across them.
+# Each key costs fla (and us) one autotune, so the risky pairs reuse keys: tiny T with the
+# widest W, ragged T with an unaligned D, fp16 at full length, and the production call.
+K_PROD = (2048, 4, bf16, f32)
+K_ODD = (100, 4, f16, f32)
+K_NARROW = (256, 3, bf16, bf16)
+K_FP16 = (1024, 2, f16, f32)
+K_WIDE = (4096, 1, bf16, f32)
 CASES = [
-    # B, T, D, W, x dtype, w dtype
-    (1, 1, 100, 4, bf16, f32),
-    (3, 2, 256, 3, f16, f32),
-    (16, 3, 1024, 2, bf16, bf16),
-    (1, 15, 2048, 1, f16, bf16),
-    (3, 64, 4096, 4, bf16, f32),
-    (16, 1000, 100, 4, f16, f32),  # ragged T, D not a multiple of any strip
-    (1, 1000, 4096, 3, bf16, bf16),
-    (3, 8192, 1024, 2, bf16, f32),
-    (16, 8192, 2048, 4, bf16, f32),  # prod
-    (16, 8192, 2048, 4, f16, f32),
-    (1, 8192, 256, 1, f16, bf16),
-    (3, 1000, 2048, 4, bf16, f32),
-    (16, 64, 100, 3, bf16, f32),
-    (1, 2, 4096, 4, f16, f32),
-    (3, 15, 256, 4, bf16, bf16),
-    (16, 1000, 4096, 2, bf16, f32),
-    (1, 3, 100, 2, f16, bf16),
-    (16, 1, 2048, 4, bf16, f32),
+    (1, 1, *K_ODD),
+    (3, 2, *K_NARROW),
+    (16, 3, *K_FP16),
+    (1, 15, *K_WIDE),
+    (3, 64, *K_PROD),
+    (16, 1000, *K_ODD),  # ragged T, D not a multiple of any strip
+    (1, 1000, *K_WIDE),
+    (3, 8192, *K_FP16),
+    (16, 8192, *K_PROD),  # the production call
+    (1, 8192, *K_NARROW),
+    (3, 1000, *K_PROD),
+    (16, 64, *K_NARROW),
+    (1, 2, *K_PROD),
+    (16, 1, *K_PROD),
+    (3, 15, *K_ODD),
+    (16, 1000, *K_WIDE),
+    (1, 3, *K_ODD),
 ]
 
 

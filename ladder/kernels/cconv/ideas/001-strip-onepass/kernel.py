@@ -55,13 +55,11 @@ __all__ = ["cconv_fwd", "cconv_bwd", "WMAX"]
 
 
 def _configs() -> list[triton.Config]:
-    """BD = VEC * 32 * num_warps: each thread holds one VEC-wide vector per row (VEC 4 or 8
-    bf16 = 8 or 16 bytes). G = rows per loop step, i.e. rows in flight per thread."""
+    """BD = 4 * 32 * num_warps: each thread holds one 4-channel vector (8 bytes of bf16) per
+    row; G = rows per loop step, i.e. rows in flight per thread. 8-channel vectors (16-byte
+    loads) were slower at every point on the H200 (NOTES.md), so they are not searched."""
     cfgs = [
-        triton.Config({"BD": vec * 32 * nw, "G": g}, num_warps=nw)
-        for vec in (4, 8)
-        for nw in (2, 4)
-        for g in (4, 8)
+        triton.Config({"BD": 4 * 32 * nw, "G": g}, num_warps=nw) for nw in (2, 4) for g in (4, 8)
     ]
     if MAXNREG:
         # Capping registers trades a few spills for more resident warps, i.e. more bytes in
