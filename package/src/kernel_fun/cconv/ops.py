@@ -204,8 +204,7 @@ def causal_conv1d(
     if reason is None and not _engage():
         reason = "fla drift found by the compatibility probe (see the error logged above)"
     if reason is not None:
-        msg = f"kernel-fun cconv: falling back to fla: {reason}"
-        support.log_once(msg, logging.WARNING if support.debug() else logging.DEBUG)
+        support.report_fallback(FAMILY, reason)
         return compat.fla_causal_conv1d()(
             x=x,
             weight=weight,

@@ -1,0 +1,376 @@
+"""Are the flash-linear-attention (fla) symbols this package calls still where we call them?
+
+The package is a partial replacement: every call it does not implement goes to fla, and the
+signature it mirrors is fla's. An fla upgrade that moves a function or renames a keyword
+would otherwise surface as an ImportError or a TypeError in the middle of a training run,
+or, for a reordered positional parameter, as arguments silently bound to the wrong names.
+
+So every fla symbol and keyword the package uses is listed here as data (`FLA_SYMBOLS`), and
+`check_fla()` probes all of them. It runs from a family's warmup, never at import, and its
+probe is cached. Policy:
+
+  * an fla version outside TESTED_FLA: a warning, once;
+  * a symbol, module or keyword that moved: `FlaDriftError`, naming every one of them;
+    with KERNEL_FUN_FALLBACK=1 a warning instead, and `check_fla()` returns False so the
+    caller sends its calls to fla.
+
+The tables cover fla-core 0.5.2 and 0.6.0, which keep the causal conv in different places:
+
+  0.5.2   fla.modules.conv.causal_conv1d   (causal_conv1d)
+          fla.modules.conv.triton.ops      (causal_conv1d_fwd/_bwd, CausalConv1dFunction)
+          fla.modules.conv.short_conv      (ShortConvolution)
+          fla.modules.convolution          a real module re-exporting all of the above
+  0.6.0   fla.modules.causal_conv1d.ops    (all of the above)
+          fla.modules.convolution          an alias module assembled in fla.modules
+
+so a row lists candidate modules and the first one that has the symbol is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+from .support import fallback_on_drift, log_once
+
+log = logging.getLogger("kernel_fun")
+
+# fla-core versions the package has been run against (not a guess at compatibility).
+TESTED_FLA: frozenset[str] = frozenset({"0.5.2", "0.6.0"})
+
+_CONV_IMPL_0_6 = "fla.modules.causal_conv1d.ops"
+
+# Keywords of fla's public causal_conv1d, in fla's order. kernel_fun.cconv.causal_conv1d
+# mirrors this signature positionally, so the order is checked, not just the names.
+CAUSAL_CONV1D_PARAMS: tuple[str, ...] = (
+    "x",
+    "weight",
+    "bias",
+    "residual",
+    "initial_state",
+    "output_final_state",
+    "activation",
+    "backend",
+    "cu_seqlens",
+    "cu_seqlens_cpu",
+    "chunk_indices",
+    "cp_context",
+)
+
+
+@dataclass(frozen=True)
+class FlaSymbol:
+    """One fla symbol the package uses.
+
+    key        how the package asks for it (`fla_symbol(key)`); unique
+    name       the attribute name in fla
+    modules    candidate module paths, newest layout first; the first that imports and has
+               `name` is the one used
+    keywords   parameters the package passes by name; each must be a named parameter
+               (a catch-all **kwargs does not count)
+    ordered    the keywords must also be fla's leading parameters, in this order
+    used_by    what in the package depends on it
+    """
+
+    key: str
+    name: str
+    modules: tuple[str, ...]
+    keywords: tuple[str, ...] = ()
+    ordered: bool = False
+    used_by: str = ""
+
+
+FLA_SYMBOLS: tuple[FlaSymbol, ...] = (
+    FlaSymbol(
+        key="causal_conv1d",
+        name="causal_conv1d",
+        modules=(_CONV_IMPL_0_6, "fla.modules.conv.causal_conv1d"),
+        keywords=CAUSAL_CONV1D_PARAMS,
+        ordered=True,
+        used_by="kernel_fun.cconv fallback (called verbatim) and the signature it mirrors",
+    ),
+    FlaSymbol(
+        key="causal_conv1d_fwd",
+        name="causal_conv1d_fwd",
+        modules=(_CONV_IMPL_0_6, "fla.modules.conv.triton.ops"),
+        keywords=(
+            "x",
+            "weight",
+            "bias",
+            "residual",
+            "initial_state",
+            "output_final_state",
+            "activation",
+            "cu_seqlens",
+            "cu_seqlens_cpu",
+            "chunk_indices",
+        ),
+        used_by="the cconv baseline (fla's forward kernel, called as CausalConv1dFunction does)",
+    ),
+    FlaSymbol(
+        key="causal_conv1d_bwd",
+        name="causal_conv1d_bwd",
+        modules=(_CONV_IMPL_0_6, "fla.modules.conv.triton.ops"),
+        keywords=(
+            "x",
+            "dy",
+            "dht",
+            "weight",
+            "bias",
+            "residual",
+            "initial_state",
+            "activation",
+            "cu_seqlens",
+            "cu_seqlens_cpu",
+            "chunk_indices",
+        ),
+        used_by="the cconv baseline (fla's backward kernel)",
+    ),
+    FlaSymbol(
+        key="CausalConv1dFunction",
+        name="CausalConv1dFunction",
+        modules=(_CONV_IMPL_0_6, "fla.modules.conv.triton.ops"),
+        used_by="the cconv baseline's autograd path",
+    ),
+    FlaSymbol(
+        key="ShortConvolution",
+        name="ShortConvolution",
+        modules=(_CONV_IMPL_0_6, "fla.modules.conv.short_conv"),
+        used_by="kernel_fun.patch_fla (the layer that calls causal_conv1d inside fla)",
+    ),
+    FlaSymbol(
+        key="convolution.causal_conv1d",
+        name="causal_conv1d",
+        modules=("fla.modules.convolution",),
+        keywords=CAUSAL_CONV1D_PARAMS,
+        ordered=True,
+        used_by="the public import path model code uses; kernel_fun.patch_fla replaces it",
+    ),
+    FlaSymbol(
+        key="convolution.ShortConvolution",
+        name="ShortConvolution",
+        modules=("fla.modules.convolution",),
+        used_by="the public import path of the layer; kernel_fun.patch_fla",
+    ),
+)
+
+
+def _row(key: str) -> FlaSymbol:
+    """The `FLA_SYMBOLS` row for `key`; KeyError naming the known keys otherwise."""
+    for sym in FLA_SYMBOLS:
+        if sym.key == key:
+            return sym
+    known = sorted(s.key for s in FLA_SYMBOLS)
+    raise KeyError(f"{key!r} is not an fla symbol kernel-fun uses; known: {known}")
+
+
+class FlaDriftError(RuntimeError):
+    """An fla symbol, module or keyword this package calls has moved or disappeared."""
+
+
+@dataclass
+class FlaProbe:
+    """The result of probing the installed fla against `FLA_SYMBOLS`.
+
+    version    fla.__version__ (or "unknown")
+    resolved   symbol key -> the module path it was found in
+    problems   one line per drift found; empty when everything is where the tables say
+    """
+
+    version: str
+    resolved: dict[str, str] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+
+def _import(path: str) -> tuple[Any | None, str | None]:
+    """(module, None), or (None, why) when `path` cannot be imported."""
+    try:
+        return importlib.import_module(path), None
+    except Exception as exc:  # an fla module that fails to import for any reason is drift
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def _parameters(obj: Any) -> list[inspect.Parameter] | None:
+    """Named parameters of a callable (through functools.wraps), or None if not inspectable."""
+    try:
+        params = inspect.signature(obj).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    return [p for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+def _resolve(sym: FlaSymbol) -> tuple[str | None, Any, list[str]]:
+    """(module path, object, []) for the first candidate with the symbol; else (None, None, why)."""
+    misses: list[str] = []
+    for path in sym.modules:
+        mod, why = _import(path)
+        if mod is None:
+            misses.append(f"{path} ({why})")
+            continue
+        if hasattr(mod, sym.name):
+            return path, getattr(mod, sym.name), []
+        misses.append(f"{path} (no attribute {sym.name!r})")
+    return None, None, misses
+
+
+def _keyword_problems(sym: FlaSymbol, path: str, obj: Any, version: str) -> list[str]:
+    if not sym.keywords:
+        return []
+    params = _parameters(obj)
+    if params is None:
+        return [f"{path}.{sym.name}: signature cannot be inspected in fla {version}"]
+    names = [p.name for p in params]
+    missing = [kw for kw in sym.keywords if kw not in names]
+    if missing:
+        return [f"{path}.{sym.name} no longer accepts {missing} in fla {version}"]
+    if sym.ordered:
+        leading = tuple(names[: len(sym.keywords)])
+        if leading != sym.keywords:
+            return [
+                f"{path}.{sym.name} reordered its parameters in fla {version}: "
+                f"expected {list(sym.keywords)}, found {list(leading)}"
+            ]
+    return []
+
+
+def _fla_version() -> str:
+    import fla
+
+    return str(getattr(fla, "__version__", "unknown"))
+
+
+def _probe(symbols: tuple[FlaSymbol, ...]) -> FlaProbe:
+    try:
+        version = _fla_version()
+    except Exception as exc:
+        return FlaProbe("not installed", problems=[f"fla cannot be imported: {exc}"])
+    probe = FlaProbe(version)
+    for sym in symbols:
+        path, obj, misses = _resolve(sym)
+        if path is None:
+            probe.problems.append(
+                f"{sym.name} ({sym.used_by}) is in none of its known modules in fla "
+                f"{version}: " + "; ".join(misses)
+            )
+            continue
+        probe.resolved[sym.key] = path
+        probe.problems.extend(_keyword_problems(sym, path, obj, version))
+    return probe
+
+
+@cache
+def probe_fla() -> FlaProbe:
+    """Probe the installed fla against `FLA_SYMBOLS`, once per process (cached).
+
+    Imports fla and the modules the tables name; raises nothing. See `check_fla` for the
+    policy applied to the result.
+    """
+    return _probe(FLA_SYMBOLS)
+
+
+def check_fla() -> bool:
+    """Verify every fla symbol and keyword this package calls. Call from warmup.
+
+    Returns True when everything is in place. Logs a warning (once) when fla's version is
+    not in TESTED_FLA. On drift raises `FlaDriftError` listing every problem, unless
+    KERNEL_FUN_FALLBACK is on (read per call): then it logs the problems as a warning (once)
+    and returns False, and the caller routes its calls to fla.
+    """
+    probe = probe_fla()
+    if probe.version not in TESTED_FLA and probe.version != "not installed":
+        log_once(
+            f"kernel-fun: fla {probe.version} is untested (tested: "
+            f"{', '.join(sorted(TESTED_FLA))}); check numerics before trusting a run",
+            logging.WARNING,
+        )
+    if not probe.problems:
+        return True
+    summary = " | ".join(probe.problems)
+    if fallback_on_drift():
+        log_once(
+            f"kernel-fun: fla drift, KERNEL_FUN_FALLBACK=1 so every family calls fla: {summary}",
+            logging.WARNING,
+        )
+        return False
+    raise FlaDriftError(
+        f"fla {probe.version} moved what kernel-fun calls: {summary}. Install a tested fla "
+        f"({', '.join(sorted(TESTED_FLA))}) or set KERNEL_FUN_FALLBACK=1 to fall back to fla."
+    )
+
+
+def fla_symbol(key: str) -> Any:
+    """The fla object for table row `key` (e.g. "causal_conv1d_fwd"), as fla has it now.
+
+    Resolved on every call (cheap after the first import), so a monkey patch applied to fla
+    is visible here; for the pre-patch original of a function use `fla_original`. Raises
+    KeyError for a key not in `FLA_SYMBOLS` and FlaDriftError when fla lacks the symbol.
+    """
+    sym = _row(key)
+    path, obj, misses = _resolve(sym)
+    if path is None:
+        raise FlaDriftError(f"{sym.name} is in none of its known fla modules: {'; '.join(misses)}")
+    return obj
+
+
+# Original fla callables, recorded before anything could replace them: key -> callable.
+_ORIGINALS: dict[str, Callable[..., Any]] = {}
+
+
+def _is_ours(fn: Any) -> bool:
+    return str(getattr(fn, "__module__", "") or "").split(".")[0] == "kernel_fun"
+
+
+def remember_original(fn: Callable[..., Any], key: str = "causal_conv1d") -> None:
+    """Record `fn` as fla's original for `key`, before a patch replaces fla's attribute.
+
+    kernel_fun.patch_fla calls this with the function it is about to replace. The first
+    record wins: a later call (a second patch, a re-import) cannot swap the original.
+    Raises ValueError when `fn` is one of this package's own functions, KeyError when `key`
+    is not a row of `FLA_SYMBOLS`.
+    """
+    _row(key)
+    if _is_ours(fn):
+        raise ValueError(
+            f"{getattr(fn, '__qualname__', fn)!r} is kernel-fun's own function, not fla's; "
+            f"record the fla function before patching"
+        )
+    _ORIGINALS.setdefault(key, fn)
+
+
+def fla_original(key: str) -> Callable[..., Any]:
+    """fla's original callable for `key`, as it was before any patch by this package.
+
+    Captured on first use (or taken from `remember_original`) and kept for the process.
+    Raises FlaDriftError when fla lacks it, and RuntimeError when fla's attribute is already
+    this package's replacement and no original was recorded.
+    """
+    fn = _ORIGINALS.get(key)
+    if fn is not None:
+        return fn
+    fn = fla_symbol(key)
+    if _is_ours(fn):
+        raise RuntimeError(
+            f"fla's {key} is already replaced by kernel-fun's and its original was never "
+            f"recorded; call kernel_fun._common.compat.remember_original before patching"
+        )
+    return _ORIGINALS.setdefault(key, fn)
+
+
+def fla_causal_conv1d() -> Callable[..., Any]:
+    """fla's own causal_conv1d (the function object), never a patched replacement.
+
+    The fallback of kernel_fun.cconv calls this verbatim, so a fallback computes exactly
+    what fla computes. Same errors as `fla_original`.
+    """
+    return fla_original("causal_conv1d")
+
+
+def _reset_for_tests() -> None:
+    """Forget the cached probe and the recorded originals."""
+    probe_fla.cache_clear()
+    _ORIGINALS.clear()

@@ -1,0 +1,245 @@
+"""Can this call run on our kernels, and if not, why not?
+
+Every public entry point of a family asks this before doing any work and hands the call to
+fla when the answer is no. The reason string matters as much as the answer: a silent
+fallback looks exactly like a kernel that runs at 1.00x, so reasons are logged (once per
+process, or on every new reason with KERNEL_FUN_DEBUG=1 raising their level).
+
+Environment switches are read on every call, never at import: a kill switch is useful
+precisely on a process that is already running, and an import-time read would depend on
+import order. The reads cost a dict lookup each.
+
+torch is imported inside the functions that need it. This module is imported when a family
+engages, and families import torch anyway, but the switches themselves are usable (and
+testable) without it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from functools import cache
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+log = logging.getLogger("kernel_fun")
+
+# Triton families have been measured on Hopper (sm90) and newer only.
+TRITON_MIN_MAJOR = 9
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"", "0", "false", "no", "off"})
+_POSITIVE_INT = re.compile(r"[0-9]+")
+
+_logged: set[str] = set()
+_VERSIONS_KEY = "\x00kernel-fun versions"  # a key no real message can collide with
+
+# Signatures that completed a phase eagerly: (*sig, "fwd") / (*sig, "bwd").
+_WARM: set[tuple] = set()
+_PHASES = ("fwd", "bwd")
+
+
+def log_once(message: str, level: int = logging.INFO) -> None:
+    """Log `message` on the ``kernel_fun`` logger at `level`, the first time it is seen.
+
+    Deduplication is by (level, message) for the life of the process, so the same message
+    raised to a higher level (e.g. by KERNEL_FUN_DEBUG) is logged once more.
+    """
+    key = f"{level}\x00{message}"
+    if key in _logged:
+        return
+    _logged.add(key)
+    log.log(level, message)
+
+
+def log_versions_once() -> None:
+    """Log `kernel_fun.versions()` at INFO the first time any family engages.
+
+    Cheap after the first call (one set lookup), so families call it on every dispatch.
+    """
+    if _VERSIONS_KEY in _logged:
+        return
+    _logged.add(_VERSIONS_KEY)
+    from kernel_fun import versions
+
+    log.info("kernel-fun versions: %s", versions())
+
+
+def _switch(name: str) -> bool:
+    """The boolean environment switch `name`, read now. Unknown values: warn once, False."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return False
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value not in _FALSE:
+        log_once(
+            f"kernel-fun: ignoring {name}={raw!r} (want 1/true/yes/on or 0/false/no/off)",
+            logging.WARNING,
+        )
+    return False
+
+
+def _family_key(family: str) -> str:
+    if not family or not family.replace("_", "").isalnum():
+        raise ValueError(f"family must be a non-empty identifier such as 'cconv', got {family!r}")
+    return family.upper()
+
+
+def disabled(family: str) -> bool:
+    """True when KERNEL_FUN_DISABLE or KERNEL_FUN_<FAMILY>_DISABLE is on. Read per call.
+
+    `family` is the family's short name ("cconv"); raises ValueError when it is not an
+    identifier.
+    """
+    return _switch("KERNEL_FUN_DISABLE") or _switch(f"KERNEL_FUN_{_family_key(family)}_DISABLE")
+
+
+def debug() -> bool:
+    """True when KERNEL_FUN_DEBUG is on: every new fallback reason is logged at WARNING."""
+    return _switch("KERNEL_FUN_DEBUG")
+
+
+def fallback_on_drift() -> bool:
+    """True when KERNEL_FUN_FALLBACK is on: fla drift warns and falls back instead of raising."""
+    return _switch("KERNEL_FUN_FALLBACK")
+
+
+def report_fallback(family: str, reason: str) -> None:
+    """Record that a `family` call went to fla because of `reason`.
+
+    Logged once per process per reason: at INFO normally, at WARNING (so it shows without
+    any logging set-up) when KERNEL_FUN_DEBUG is on.
+    """
+    level = logging.WARNING if debug() else logging.INFO
+    log_once(f"kernel-fun {family}: calling fla instead: {reason}", level)
+
+
+def cta_floor(family: str, default: int) -> int:
+    """`family`'s dispatch floor in CTAs: KERNEL_FUN_<FAMILY>_MIN_CTAS if valid, else `default`.
+
+    A floor is a performance choice (below it fla is measured faster), and the crossover
+    depends on the workload, so a shape measured to win below the default can opt in from
+    outside. Read per call. A value that is not a positive integer written in decimal digits
+    ("0", "-3", "abc", "1.5", "") is ignored with a warning logged once per value: falling
+    back is this package's job, ending a run over a typo is not.
+    """
+    name = f"KERNEL_FUN_{_family_key(family)}_MIN_CTAS"
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    text = raw.strip()
+    if _POSITIVE_INT.fullmatch(text) and int(text) > 0:
+        return int(text)
+    log_once(
+        f"kernel-fun {family}: ignoring {name}={raw!r} (want a positive integer); "
+        f"using the default floor of {default} CTAs",
+        logging.WARNING,
+    )
+    return default
+
+
+@cache
+def _capability(device_index: int) -> tuple[int, int]:
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(device_index)
+    return int(major), int(minor)
+
+
+@cache
+def arch_at_least(device_index: int, major: int) -> bool:
+    """True when CUDA device `device_index` has compute capability major >= `major`. Cached."""
+    return _capability(device_index)[0] >= major
+
+
+def capturing() -> bool:
+    """True while a CUDA graph is being captured on the current stream.
+
+    A capture needs an initialised CUDA context, so a process that never initialised CUDA
+    (any CPU process) answers False without touching the driver.
+    """
+    import torch
+
+    if not torch.cuda.is_initialized():
+        return False
+    return bool(torch.cuda.is_current_stream_capturing())
+
+
+def mark_warm(sig: tuple, phase: str) -> None:
+    """Record that call signature `sig` just completed `phase` ("fwd" or "bwd") eagerly.
+
+    `sig` is the family's hashable description of everything its compile and autotune caches
+    are keyed on (shapes, dtypes, device, kernel-selecting flags). A mark made while a CUDA
+    graph is being captured does not count: nothing really ran. Raises ValueError for an
+    unknown `phase`.
+    """
+    if phase not in _PHASES:
+        raise ValueError(f"phase must be one of {_PHASES}, got {phase!r}")
+    if not capturing():
+        _WARM.add((*sig, phase))
+
+
+def capture_unsupported_reason(sig: tuple, needs_grad: bool) -> str | None:
+    """Why a call with signature `sig` must not run our kernels under capture, or None.
+
+    Outside a capture this is always None. Inside one, our kernels may run only for a
+    signature that already ran eagerly: its forward, and its backward too when `needs_grad`.
+    A first call at a shape compiles and autotunes, and autotuning times trial launches and
+    synchronizes, which a capture cannot contain.
+
+    The stream is deliberately not part of `sig`. What cannot be captured (compilation and
+    autotuning) is keyed on shapes and dtypes only, so a shape that ran on one stream is warm
+    on every stream; and the usual graphing recipe (torch.cuda.make_graphed_callables, or a
+    warm-up on a side stream before torch.cuda.graph) runs the eager warm-up on one stream and
+    captures on another. Keying on the stream would send every such captured call to fla.
+    """
+    if not capturing():
+        return None
+    if (*sig, "fwd") not in _WARM:
+        return (
+            "CUDA graph capture of a call signature that never ran eagerly (run one forward "
+            "at this shape before capturing; compile and autotune cannot be captured)"
+        )
+    if needs_grad and (*sig, "bwd") not in _WARM:
+        return (
+            "CUDA graph capture with gradients of a call signature whose backward never ran "
+            "eagerly (run one forward and backward at this shape before capturing)"
+        )
+    return None
+
+
+def triton_unsupported_reason(
+    t: torch.Tensor, family: str, min_major: int = TRITON_MIN_MAJOR
+) -> str | None:
+    """The gates every Triton family shares, checked on its main input `t`; None when clear.
+
+    In order: the family is switched off (KERNEL_FUN_DISABLE / KERNEL_FUN_<FAMILY>_DISABLE),
+    `t` is not a CUDA tensor, or `t`'s device is below compute capability `min_major`.0
+    (default sm90). Shape, dtype and capture checks belong to the family.
+    """
+    if disabled(family):
+        return f"switched off by KERNEL_FUN_DISABLE or KERNEL_FUN_{family.upper()}_DISABLE"
+    if not t.is_cuda:
+        return f"input is on {t.device}, not a CUDA device"
+    index = t.device.index
+    if index is None:  # a bare "cuda" device means the current one
+        import torch
+
+        index = torch.cuda.current_device()
+    if not arch_at_least(index, min_major):
+        major, minor = _capability(index)
+        return f"device {index} is sm{major}{minor}; this family needs sm{min_major}0 or newer"
+    return None
+
+
+def _reset_for_tests() -> None:
+    """Forget logged messages, warm signatures and cached device probes."""
+    _logged.clear()
+    _WARM.clear()
+    _capability.cache_clear()
+    arch_at_least.cache_clear()

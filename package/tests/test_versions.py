@@ -1,0 +1,95 @@
+"""kernel_fun.versions(): the right keys, and values that agree with the installed packages."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import importlib.util
+import platform
+import sys
+
+import kernel_fun
+import pytest
+import torch
+from packaging.version import Version
+
+BASE_KEYS = {"kernel_fun", "torch", "triton", "fla", "cutlass", "cuda-python", "python"}
+
+
+def test_keys_are_the_documented_ones():
+    keys = set(kernel_fun.versions())
+    expected = BASE_KEYS | ({"device"} if torch.cuda.is_available() else set())
+    assert keys == expected
+
+
+def test_version_is_a_valid_pep440_string():
+    assert str(Version(kernel_fun.__version__)) == kernel_fun.__version__
+    assert kernel_fun.versions()["kernel_fun"] == kernel_fun.__version__
+
+
+def test_installed_versions_agree_with_metadata_and_the_modules_themselves():
+    import fla
+    import triton
+
+    v = kernel_fun.versions()
+    assert v["torch"] == md.version("torch") == torch.__version__
+    assert v["triton"] == triton.__version__
+    assert v["fla"] == md.version("fla-core") == fla.__version__
+    assert v["python"] == platform.python_version()
+    assert v["python"].startswith(f"{sys.version_info.major}.{sys.version_info.minor}.")
+
+
+@pytest.mark.parametrize(
+    ("key", "module", "dist"),
+    [("cutlass", "cutlass", "nvidia-cutlass-dsl"), ("cuda-python", "cuda.bindings", None)],
+)
+def test_optional_packages_report_version_or_not_installed(key, module, dist):
+    value = kernel_fun.versions()[key]
+    try:
+        present = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # parent package `cuda` absent
+        present = False
+    if not present:
+        assert value == "not installed"
+        return
+    if dist is None:  # cuda-python: the metapackage when installed, else cuda-bindings
+        try:
+            expected = md.version("cuda-python")
+        except md.PackageNotFoundError:
+            expected = md.version("cuda-bindings")
+    else:
+        expected = md.version(dist)
+    assert value == expected
+
+
+def test_candidate_distributions_are_tried_in_order(monkeypatch):
+    monkeypatch.setitem(kernel_fun._DISTRIBUTIONS, "torch", ("kernel-fun-no-such-dist", "torch"))
+    monkeypatch.setitem(kernel_fun._DISTRIBUTIONS, "triton", ("kernel-fun-no-such-dist",))
+    v = kernel_fun.versions()
+    assert v["torch"] == torch.__version__
+    assert v["triton"] == "not installed"
+
+
+def test_device_entry_names_the_gpu_and_its_sm(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
+    assert kernel_fun.versions()["device"] == "NVIDIA H200 sm90"
+
+
+def test_no_device_entry_without_cuda_or_when_the_driver_query_fails(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert "device" not in kernel_fun.versions()
+
+    def broken(*args):
+        raise RuntimeError("driver gone")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", broken)
+    assert "device" not in kernel_fun.versions()
+
+
+@pytest.mark.gpu
+def test_device_entry_on_a_real_gpu():
+    major, minor = torch.cuda.get_device_capability()
+    device = kernel_fun.versions()["device"]
+    assert device == f"{torch.cuda.get_device_name()} sm{major}{minor}"
