@@ -9,6 +9,9 @@ export PYTHONPATH := $(CURDIR):$(CURDIR)/package/src$(if $(PYTHONPATH),:$(PYTHON
 FAMILY ?= cconv
 IDEA ?=
 COMMIT ?=
+RECORD ?=
+DRY_RUN ?=
+JSON ?=
 SHAPES ?= all
 STRICT ?=
 OUT ?= out
@@ -32,11 +35,11 @@ lint:  ## ruff check + format check
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-vendor:  ## promote FAMILY's winner into package/ (IDEA=NNN COMMIT=sha optional)
-	$(PY) tools/vendor.py $(FAMILY) $(if $(IDEA),--idea $(IDEA)) $(if $(COMMIT),--commit $(COMMIT))
+vendor:  ## promote FAMILY's winner into package/ (IDEA=NNN RECORD=id COMMIT=sha DRY_RUN=1 optional)
+	$(PY) tools/vendor.py $(FAMILY) $(if $(IDEA),--idea $(IDEA)) $(if $(RECORD),--record $(RECORD)) $(if $(COMMIT),--commit $(COMMIT)) $(if $(DRY_RUN),--dry-run)
 
 drift:  ## is the package what vendor makes of its recorded source? (STRICT=1: stale is fatal)
-	$(PY) tools/drift.py $(if $(STRICT),--strict)
+	$(PY) tools/drift.py $(if $(STRICT),--strict) $(if $(JSON),--json)
 
 bench:  ## bench IDEA of FAMILY on the GPU (SHAPES=prod|sweep|all)
 	$(PY) -m ladder bench $(FAMILY) $(IDEA) --shapes $(SHAPES)

@@ -1,0 +1,474 @@
+"""The ladder command line: ``python -m ladder {new,check,bench,board,winner}``.
+
+Usage errors (unknown family or idea, an idea without its entry points, a --knob the idea
+never reads, no GPU for a GPU command, a dirty tree) print one line on stderr saying what is
+wrong and which command fixes it, and exit 2. ``check`` and ``bench`` exit 1 when the idea
+is incorrect (or the bench errored); ``winner`` exits 1 when there is no winner.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ladder import paths, records
+from ladder.paths import LadderError, NoGpu
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="ladder",
+    help="The research ladder: scaffold, check, bench and rank kernel ideas.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+CHECK_SHAPE_SETS = ("small", "prod", "sweep", "all")
+
+
+def _console(stderr: bool = False) -> Any:
+    from rich.console import Console
+
+    con = Console(stderr=stderr, highlight=False)
+    if not con.is_terminal:
+        con = Console(stderr=stderr, highlight=False, width=200)
+    return con
+
+
+def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn LadderError into its one-line message and exit code."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except records.NoWinner as exc:
+            typer.echo(f"no winner: {exc}", err=True)
+            raise typer.Exit(exc.exit_code) from None
+        except LadderError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(exc.exit_code) from None
+
+    return wrapper
+
+
+def _root(ctx: typer.Context) -> Path | None:
+    obj = ctx.obj or {}
+    return obj.get("root")
+
+
+@app.callback()
+def _main(
+    ctx: typer.Context,
+    root: Annotated[
+        Path | None,
+        typer.Option(
+            "--root",
+            help="Repository root to read families from (default: this checkout).",
+            envvar="LADDER_ROOT",
+        ),
+    ] = None,
+) -> None:
+    """The research ladder: ideas/NNN-slug folders per family, bench records, the board."""
+    ctx.obj = {"root": root.resolve() if root is not None else None}
+
+
+# ------------------------------------------------------------------------------------------
+# new
+# ------------------------------------------------------------------------------------------
+
+
+@app.command()
+@_guard
+def new(
+    ctx: typer.Context,
+    family: Annotated[str, typer.Argument(help="Family, e.g. cconv.")],
+    slug: Annotated[str, typer.Argument(help="Kebab-case name, e.g. strip-two-pass.")],
+) -> None:
+    """Scaffold the next numbered idea: kernel.py, NOTES.md, records/."""
+    from ladder.scaffold import new_idea
+
+    dest = new_idea(family, slug, _root(ctx))
+    typer.echo(f"created {dest}")
+    typer.echo(
+        f"next: write the entry points in {dest.name}/kernel.py and the hypothesis in "
+        f"NOTES.md, then `python -m ladder check {family} {dest.name[:3]}`"
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# check
+# ------------------------------------------------------------------------------------------
+
+
+def _gpu_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def _respawn_interpreted(root: Path | None, argv: list[str]) -> int:
+    """Run ``python -m ladder <argv>`` with TRITON_INTERPRET=1 set before anything imports
+    Triton; its output streams through. Returns its exit code."""
+    env = dict(os.environ)
+    env["TRITON_INTERPRET"] = "1"
+    here = str(paths.repo_root())
+    env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    cmd = [sys.executable, "-m", "ladder"]
+    if root is not None:
+        cmd += ["--root", str(root)]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return subprocess.run([*cmd, *argv], env=env, check=False).returncode
+
+
+@app.command()
+@_guard
+def check(
+    ctx: typer.Context,
+    family: Annotated[str, typer.Argument(help="Family, e.g. cconv.")],
+    idea: Annotated[str, typer.Argument(help="Idea: 1, 001 or 001-strip-onepass.")],
+    shapes: Annotated[
+        str | None,
+        typer.Option(
+            help="small|prod|sweep|all (default: all on a GPU; small on the interpreter)."
+        ),
+    ] = None,
+    knob: Annotated[
+        list[str] | None, typer.Option("--knob", help="KEY=VALUE env knob (repeatable).")
+    ] = None,
+    interpret: Annotated[
+        bool, typer.Option("--interpret", help="Run the small shapes on Triton's CPU interpreter.")
+    ] = False,
+    strided: Annotated[
+        bool, typer.Option(help="Also check each shape with strided x and dy.")
+    ] = True,
+    seed: Annotated[int | None, typer.Option(help="Input seed (default: fresh).")] = None,
+) -> None:
+    """Correctness only: candidate vs the fp64 oracle, against fla's own error."""
+    from ladder.prepare import prepare_idea
+
+    root = _root(ctx)
+    knobs = list(knob or [])
+    fam = paths.load_family(family, root)
+    folder = prepare_idea(family, idea, knobs, root, load=False).folder
+    if shapes is not None and shapes not in CHECK_SHAPE_SETS:
+        raise LadderError(f"--shapes {shapes!r} is not one of {', '.join(CHECK_SHAPE_SETS)}")
+    gpu = False if interpret else _gpu_available()
+    seed = seed if seed is not None else secrets.randbits(30)
+    out = _console()
+    if interpret or not gpu:
+        if "small" not in fam.SHAPES:
+            raise NoGpu(
+                f"no CUDA GPU and family {family} has no 'small' shapes for Triton's CPU "
+                f"interpreter; run `python -m ladder check {family} {folder}` on the GPU machine"
+            )
+        if shapes not in (None, "small"):
+            raise LadderError(
+                f"the CPU interpreter runs the small shapes only; drop --shapes {shapes}, or run "
+                f"`python -m ladder check {family} {folder} --shapes {shapes}` on the GPU machine"
+            )
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            if not interpret:
+                out.print("no CUDA GPU: checking the small shapes on Triton's CPU interpreter")
+            argv = ["check", family, folder, "--interpret", "--seed", str(seed)]
+            argv += [] if strided else ["--no-strided"]
+            for item in knobs:
+                argv += ["--knob", item]
+            raise typer.Exit(_respawn_interpreted(root, argv))
+        device, shape_list, baseline = "cpu", list(fam.SHAPES["small"]), False
+        defaults = dict(getattr(fam, "INTERPRET_KNOBS", {}))
+    else:
+        from ladder.bench import select_shapes
+
+        device, baseline, defaults = "cuda", True, {}
+        shape_list = select_shapes(fam, shapes or "all", CHECK_SHAPE_SETS)
+    raise typer.Exit(
+        _run_check(
+            out, family, folder, knobs, root, defaults, device, shape_list, baseline, seed, strided
+        )
+    )
+
+
+def _run_check(
+    out: Any,
+    family: str,
+    folder: str,
+    knobs: list[str],
+    root: Path | None,
+    defaults: dict[str, str],
+    device: str,
+    shape_list: list[Any],
+    baseline: bool,
+    seed: int,
+    strided: bool,
+) -> int:
+    from rich.table import Table
+
+    from ladder.check import ShapeCheck, check_shape
+    from ladder.prepare import prepare_idea
+
+    prepared = prepare_idea(family, folder, knobs, root, defaults=defaults, load=True)
+    fam = prepared.family_module
+    where = "CPU (Triton interpreter)" if device == "cpu" else "GPU"
+    out.print(f"check {family}/{folder} on {where}, seed {seed} (repeat with --seed {seed})")
+    values = prepared.knob_values()
+    if values:
+        out.print("knobs: " + ", ".join(f"{k}={v}" for k, v in values.items()))
+    if prepared.env and device == "cpu":
+        out.print("interpreter settings: " + ", ".join(f"{k}={v}" for k, v in prepared.env.items()))
+    if not baseline:
+        out.print(
+            "fla's baseline is skipped on the CPU interpreter (its kernels are autotuned): "
+            "only the absolute tolerances apply, not the error ratio to fla"
+        )
+    names = tuple(fam.TOLERANCES)
+    results: list[ShapeCheck] = []
+    for i, shape in enumerate(shape_list):
+        for st in (False, True) if strided else (False,):
+            try:
+                res = check_shape(
+                    fam, prepared.module, shape, device, seed + i, baseline=baseline, strided=st
+                )
+            except Exception as exc:
+                msg = (str(exc).strip().splitlines() or [""])[0]
+                label = shape.name + ("+strided" if st else "")
+                nan = {n: float("nan") for n in names}
+                res = ShapeCheck(
+                    label, nan, None, None, False, [f"raised {type(exc).__name__}: {msg}"]
+                )
+            results.append(res)
+            out.print(f"  {res.name}: {'ok' if res.passed else 'FAILED'}")
+    table = Table(title=f"{family}/{folder} correctness (relative L2 error vs fp64)")
+    for col in ("shape", "output", "error", "tol", "fla error", "ratio", "ok"):
+        table.add_column(col, justify="left" if col in ("shape", "output") else "right")
+    for res in results:
+        for n in names:
+            base = res.baseline_err[n] if res.baseline_err else None
+            ratio = res.err_ratio[n] if res.err_ratio else None
+            table.add_row(
+                res.name,
+                n,
+                f"{res.candidate_err[n]:.3e}",
+                f"{fam.TOLERANCES[n]:.0e}",
+                "-" if base is None else f"{base:.3e}",
+                "-" if ratio is None else f"{ratio:.3f}",
+                "yes" if res.passed else "NO",
+            )
+    out.print(table)
+    for res in results:
+        for p in res.problems:
+            out.print(f"{res.name}: {p}")
+    failed = [r.name for r in results if not r.passed]
+    if failed:
+        out.print(f"FAILED: {', '.join(failed)}")
+        return 1
+    out.print(f"passed: {len(results)} checks")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------
+# bench
+# ------------------------------------------------------------------------------------------
+
+
+def render_record(rec: dict, out: Any) -> None:
+    """Print a bench record's per-shape results as a table."""
+    from rich.table import Table
+
+    table = Table(
+        title=f"{rec['family']}/{rec['idea']} on {rec['device'].get('name', '?')}: "
+        f"{rec['status']} (ratio = fla / idea; copy ceiling "
+        f"{rec['copy_ceiling_TBps'] or 0:.2f} TB/s)"
+    )
+    for col in (
+        "shape",
+        "fwd ms",
+        "fla",
+        "x",
+        "%copy",
+        "bwd ms",
+        "fla",
+        "x",
+        "%copy",
+        "fwd+bwd x",
+        "err ratio",
+        "ok",
+    ):
+        table.add_column(col, justify="left" if col == "shape" else "right")
+    for s in rec["shapes"]:
+        cells = [s["name"]]
+        for d in ("fwd", "bwd"):
+            t = s.get(d)
+            if t:
+                cells += [
+                    f"{t['candidate_ms']['median']:.4f}",
+                    f"{t['baseline_ms']['median']:.4f}",
+                    f"{t['ratio']:.3f}",
+                    f"{100 * t['fraction_of_copy']:.1f}",
+                ]
+            else:
+                cells += ["-"] * 4
+        fb = s.get("fwdbwd")
+        cells.append(f"{fb['ratio']:.3f}" if fb else "-")
+        ratios = [v for v in (s["correctness"].get("err_ratio") or {}).values() if v is not None]
+        cells.append(f"{max(ratios):.3f}" if ratios else "-")
+        cells.append("yes" if s["correctness"]["passed"] else "NO")
+        table.add_row(*cells)
+    out.print(table)
+    score = records.prod_ratio(rec)
+    if score is not None:
+        out.print(f"prod ratio (fwd+bwd): {score:.3f}")
+    if rec.get("error"):
+        out.print(f"error: {rec['error']}", markup=False)
+
+
+@app.command()
+@_guard
+def bench(
+    ctx: typer.Context,
+    family: Annotated[str, typer.Argument(help="Family, e.g. cconv.")],
+    idea: Annotated[str, typer.Argument(help="Idea: 1, 001 or 001-strip-onepass.")],
+    shapes: Annotated[str, typer.Option(help="prod|sweep|all.")] = "all",
+    knob: Annotated[
+        list[str] | None, typer.Option("--knob", help="KEY=VALUE env knob (repeatable).")
+    ] = None,
+    allow_dirty: Annotated[
+        bool, typer.Option("--allow-dirty", help="Bench a dirty tree (record dirty=true).")
+    ] = False,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write the record here, not in records/.")
+    ] = None,
+    rounds: Annotated[int, typer.Option(help="Interleaved blocks per side.")] = 8,
+    reps: Annotated[int, typer.Option(help="Timed calls per block.")] = 25,
+    warmup: Annotated[int, typer.Option(help="Untimed calls at the start of each block.")] = 1,
+    seed: Annotated[int | None, typer.Option(help="Input seed (default: fresh).")] = None,
+) -> None:
+    """Time an idea against fla on the GPU and write one bench record."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ladder.bench import BenchOptions, run_bench
+
+    opts = BenchOptions(
+        family=family,
+        idea=idea,
+        shapes=shapes,
+        knobs=list(knob or []),
+        allow_dirty=allow_dirty,
+        out=out,
+        rounds=rounds,
+        reps=reps,
+        warmup=warmup,
+        seed=seed,
+        root=_root(ctx),
+    )
+    con, err = _console(), _console(stderr=True)
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=err, transient=True) as prog:
+        task = prog.add_task("preparing", total=None)
+
+        def progress(desc: str, advance: float, total: float) -> None:
+            prog.update(task, description=desc, advance=advance, total=total)
+
+        rec, path = run_bench(opts, progress=progress, log=lambda t: err.print(t, markup=False))
+    render_record(rec, con)
+    con.print(f"record: {path}")
+    if rec["status"] != "passed":
+        raise typer.Exit(1)
+
+
+# ------------------------------------------------------------------------------------------
+# board and winner
+# ------------------------------------------------------------------------------------------
+
+
+@app.command()
+@_guard
+def board(
+    ctx: typer.Context,
+    family: Annotated[str, typer.Argument(help="Family, e.g. cconv.")],
+    plot: Annotated[
+        Path | None, typer.Option(help="Also write a bandwidth plot (png/svg/pdf) here.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    device: Annotated[
+        str | None,
+        typer.Option(help="Device name substring (default: the family's target; '' = all)."),
+    ] = None,
+) -> None:
+    """Rank a family's ideas from their committed records (CPU only)."""
+    from ladder.board import build_board, plot_board, render_board
+
+    root = _root(ctx)
+    b = build_board(family, root, device=device)
+    if as_json:
+        typer.echo(json.dumps(b.to_json(), indent=2))
+    else:
+        render_board(b, _console())
+    if plot is not None:
+        written = plot_board(b, plot, root)
+        if not as_json:
+            typer.echo(f"plot: {written}")
+
+
+@app.command()
+@_guard
+def winner(
+    ctx: typer.Context,
+    family: Annotated[str, typer.Argument(help="Family, e.g. cconv.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    device: Annotated[
+        str | None, typer.Option(help="Device name substring (default: the family's target).")
+    ] = None,
+) -> None:
+    """Print the family's promotable winner, or why there is none (exit 1)."""
+    root = _root(ctx)
+    try:
+        w = records.winner(family, root, device=device)
+    except records.NoWinner as exc:
+        if as_json:
+            typer.echo(json.dumps({"family": family, "winner": None, "reason": str(exc)}))
+        raise
+    rec = w.record
+    info = {
+        "family": family,
+        "idea": w.idea,
+        "record_id": rec["record_id"],
+        "score": w.score,
+        "record_path": str(w.record_path),
+        "device": rec["device"]["name"],
+        "created": rec["created"],
+        "commit": rec["commit"],
+        "code_sha": rec["code_sha"],
+        "knobs": rec["knobs"],
+    }
+    if as_json:
+        typer.echo(json.dumps(info, indent=2))
+        return
+    typer.echo(
+        f"{family} winner: {w.idea} record {rec['record_id']} (prod ratio {w.score:.3f} vs fla, "
+        f"{rec['device']['name']}, {rec['created']}, commit {(rec['commit'] or '')[:12]})"
+    )
+    typer.echo(f"record: {w.record_path}")
+
+
+def main() -> None:
+    """Entry point of ``python -m ladder``."""
+    app(prog_name="ladder")

@@ -1,0 +1,1 @@
+"""Kernel families: ``<family>/family.py`` (the contract) and ``<family>/ideas/NNN-slug/``."""

@@ -1,0 +1,268 @@
+"""The cconv family contract: depthwise causal conv1d (W <= 4) followed by silu.
+
+    y[b, t, d] = silu( sum_k w[d, k] * x[b, t - (W-1) + k, d] )      (x = 0 left of t = 0)
+
+This is fla's tap convention (``causal_conv1d_fwd_kernel`` multiplies x[t + i] by
+w[:, i + W - 1] for i in -(W-1)..0): the last tap multiplies the current row.
+
+Entry points every idea's ``kernel.py`` exports:
+
+    cconv_fwd(x, w) -> y
+    cconv_bwd(x, w, dy) -> (dx, dw)
+
+x, dy: [B, T, D] bfloat16/float16, any strides; w: [D, W] any float dtype, W <= 4.
+y, dx: [B, T, D] contiguous in x's dtype; dw: [D, W] in w's dtype.
+
+Importable without a GPU; fla is imported only inside the baseline functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+__all__ = [
+    "ENTRY_POINTS",
+    "ENTRY_POINT_ARGS",
+    "ERR_RATIO_MAX",
+    "FAMILY",
+    "INTERPRET_KNOBS",
+    "SHAPES",
+    "TARGET_DEVICE",
+    "TOLERANCES",
+    "VENDOR",
+    "Shape",
+    "autograd_apply",
+    "baseline_autograd",
+    "baseline_bwd",
+    "baseline_fwd",
+    "make_inputs",
+    "min_bytes",
+    "reference",
+]
+
+FAMILY = "cconv"
+ENTRY_POINTS = ("cconv_fwd", "cconv_bwd")
+# Argument names of the entry points (what `ladder new` writes into a scaffold).
+ENTRY_POINT_ARGS = {"cconv_fwd": ("x", "w"), "cconv_bwd": ("x", "w", "dy")}
+TARGET_DEVICE = "H200"
+
+# Relative L2 error bounds per output, and how much worse than fla's own error a candidate
+# may be (err <= ERR_RATIO_MAX * baseline_err + 1e-6).
+TOLERANCES = {"y": 5e-3, "dx": 8e-3, "dw": 2e-2}
+ERR_RATIO_MAX = 1.10
+
+# Knob values for Triton's CPU interpreter (`ladder check --interpret`): it has no inline
+# PTX and its autotuner needs a GPU driver. Applied to the knobs an idea reads, unless given
+# with --knob.
+INTERPRET_KNOBS = {"CCONV_FAST_SIGMOID": "0", "CCONV_AUTOTUNE": "0"}
+
+# The one declared place mapping idea modules (file stem in the idea folder) to module names
+# in package/src/kernel_fun/cconv/_kernels/. An idea not listed cannot be vendored.
+VENDOR = {"package": "kernel_fun.cconv", "modules": {"001-strip-onepass": {"kernel": "strip"}}}
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A named problem: x [B, T, D] in x_dtype, w [D, W] in w_dtype (torch dtype names)."""
+
+    name: str
+    B: int
+    T: int
+    D: int
+    W: int
+    x_dtype: str = "bfloat16"
+    w_dtype: str = "float32"
+
+
+SHAPES: dict[str, list[Shape]] = {
+    # The production call: a KDA/DeltaNet short conv at training size.
+    "prod": [Shape("prod", 16, 8192, 2048, 4)],
+    "sweep": [
+        Shape("d1024", 16, 8192, 1024, 4),
+        Shape("d4096", 16, 8192, 4096, 4),
+        Shape("b4-t2048", 4, 2048, 2048, 4),
+        Shape("b1-t4096-d768", 1, 4096, 768, 4),
+        Shape("ragged-t1000", 16, 1000, 2048, 4),
+        Shape("w2", 16, 8192, 2048, 2),
+        Shape("w3", 16, 8192, 2048, 3),
+    ],
+    # Tiny shapes for Triton's CPU interpreter: ragged T and D, every W, both x dtypes,
+    # low-precision weights too.
+    "small": [
+        Shape("s-b2-t37-d40-w4", 2, 37, 40, 4, "bfloat16", "float32"),
+        Shape("s-b1-t5-d17-w2", 1, 5, 17, 2, "float16", "float32"),
+        Shape("s-b3-t64-d64-w3", 3, 64, 64, 3, "float16", "float16"),
+        Shape("s-b2-t19-d24-w1", 2, 19, 24, 1, "bfloat16", "bfloat16"),
+    ],
+}
+
+
+def _dtype(name: str) -> torch.dtype:
+    dt = getattr(torch, name, None)
+    if not isinstance(dt, torch.dtype) or not dt.is_floating_point:
+        raise ValueError(f"{name!r} is not a torch floating dtype name")
+    return dt
+
+
+def make_inputs(
+    shape: Shape, device: torch.device | str, seed: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Fresh random inputs (x, w, dy) for ``shape`` on ``device``, drawn from ``seed``.
+
+    x, dy: [B, T, D] standard normal in shape.x_dtype (contiguous); w: [D, W] normal with
+    std W**-0.5 in shape.w_dtype. Never zeros.
+    """
+    dev = torch.device(device)
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(int(seed))
+    xdt, wdt = _dtype(shape.x_dtype), _dtype(shape.w_dtype)
+    size = (shape.B, shape.T, shape.D)
+    x = torch.randn(size, generator=gen, device=dev, dtype=torch.float32).to(xdt)
+    w = torch.randn((shape.D, shape.W), generator=gen, device=dev, dtype=torch.float32)
+    w = (w * shape.W**-0.5).to(wdt)
+    dy = torch.randn(size, generator=gen, device=dev, dtype=torch.float32).to(xdt)
+    return x, w, dy
+
+
+def reference(
+    x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The fp64 oracle: (y, dx, dw) in float64 on x's device.
+
+    x, dy: [B, T, D] any float dtype and strides; w: [D, W]. With z = conv(x),
+    g = dy * silu'(z):  y = silu(z),  dx[t] = sum_k w[k] g[t + (W-1) - k],
+    dw[d, k] = sum_{b,t} g[b, t, d] x[b, t - (W-1) + k, d]. A loop over the W taps on
+    shifted slices keeps memory at a few [B, T, D] float64 tensors (no conv1d im2col).
+    Raises ValueError on mismatched shapes.
+    """
+    if x.dim() != 3 or w.dim() != 2 or w.shape[0] != x.shape[2] or dy.shape != x.shape:
+        raise ValueError(
+            f"reference wants x [B,T,D], w [D,W], dy like x; got {tuple(x.shape)}, "
+            f"{tuple(w.shape)}, {tuple(dy.shape)}"
+        )
+    T, W = x.shape[1], w.shape[1]
+    xd = x.to(torch.float64)
+    wd = w.to(device=x.device, dtype=torch.float64)
+    z = torch.zeros(x.shape, dtype=torch.float64, device=x.device)
+    for j in range(min(W, T)):  # x[t - j] meets tap k = W-1-j
+        z[:, j:, :].addcmul_(xd[:, : T - j, :], wd[:, W - 1 - j])
+    s = torch.sigmoid(z)
+    y = z * s
+    # g = dy * silu'(z) = dy * s * (1 + z (1 - s)), built in place in z.
+    z.mul_(1.0 - s).add_(1.0).mul_(s).mul_(dy.to(torch.float64))
+    g = z
+    del s
+    dx = torch.zeros_like(g)
+    dw = torch.zeros((w.shape[0], W), dtype=torch.float64, device=x.device)
+    for j in range(min(W, T)):
+        k = W - 1 - j
+        dx[:, : T - j, :].addcmul_(g[:, j:, :], wd[:, k])
+        dw[:, k] = torch.einsum("btd,btd->d", g[:, j:, :], xd[:, : T - j, :])
+    return y, dx, dw
+
+
+def _ops():
+    from fla.modules.causal_conv1d import ops
+
+    return ops
+
+
+def _device_ctx(t: torch.Tensor):
+    return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
+
+
+def baseline_fwd(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """fla's forward kernel, called as fla's CausalConv1dFunction.forward calls it
+    (x as given, weight contiguous, silu, no bias/residual/state). Returns y [B, T, D]."""
+    ops = _ops()
+    layout = getattr(ops, "_has_non_standard_layout", None)
+    extra = {"layout_fallback": layout(x=x)} if layout is not None else {}
+    y, _ = ops.causal_conv1d_fwd(
+        x=x,
+        weight=w.contiguous(),
+        bias=None,
+        residual=None,
+        initial_state=None,
+        output_final_state=False,
+        activation="silu",
+        cu_seqlens=None,
+        cu_seqlens_cpu=None,
+        chunk_indices=None,
+        **extra,
+    )
+    return y
+
+
+def baseline_bwd(
+    x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """fla's backward kernel, called as CausalConv1dFunction.backward calls it (on the saved
+    x and contiguous weight, dy as given). Returns (dx, dw), dw in w's dtype."""
+    ops = _ops()
+    layout = getattr(ops, "_has_non_standard_layout", None)
+    extra = {"layout_fallback": layout(x=x)} if layout is not None else {}
+    with _device_ctx(x):
+        dx, dw, _db, _dr, _dh0 = ops.causal_conv1d_bwd(
+            x=x,
+            dy=dy,
+            dht=None,
+            weight=w.contiguous(),
+            bias=None,
+            residual=None,
+            initial_state=None,
+            activation="silu",
+            cu_seqlens=None,
+            cu_seqlens_cpu=None,
+            chunk_indices=None,
+            **extra,
+        )
+    return dx, dw
+
+
+class _EntryPointsFunction(torch.autograd.Function):
+    """Autograd over an idea's (fwd, bwd) pair: saves x and w, calls bwd(x, w, dy)."""
+
+    @staticmethod
+    def forward(ctx, x, w, fwd, bwd):  # type: ignore[override]
+        ctx.save_for_backward(x, w)
+        ctx.bwd = bwd
+        return fwd(x, w)
+
+    @staticmethod
+    def backward(ctx, dy):  # type: ignore[override]
+        x, w = ctx.saved_tensors
+        dx, dw = ctx.bwd(x, w, dy)
+        return dx, dw, None, None
+
+
+def autograd_apply(fwd, bwd, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """y = fwd(x, w) with a backward of bwd(x, w, dy) -> (dx, dw), through autograd."""
+    return _EntryPointsFunction.apply(x, w, fwd, bwd)
+
+
+def baseline_autograd(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """fla's public ``causal_conv1d(x, w, activation="silu")[0]`` (its autograd Function)."""
+    from fla.modules.causal_conv1d import causal_conv1d
+
+    return causal_conv1d(x, w, activation="silu")[0]
+
+
+def _esize(name: str) -> int:
+    return torch.empty((), dtype=_dtype(name)).element_size()
+
+
+def min_bytes(shape: Shape, direction: str) -> int:
+    """The fewest HBM bytes a direction must move: fwd reads x and w and writes y; bwd reads
+    x, dy and w and writes dx and dw. Element sizes from the shape's dtypes.
+    Raises ValueError for a direction other than "fwd" / "bwd"."""
+    n = shape.B * shape.T * shape.D
+    xs, ws = _esize(shape.x_dtype), _esize(shape.w_dtype)
+    nw = shape.D * shape.W
+    if direction == "fwd":
+        return 2 * n * xs + nw * ws
+    if direction == "bwd":
+        return 3 * n * xs + 2 * nw * ws
+    raise ValueError(f"direction must be 'fwd' or 'bwd', got {direction!r}")

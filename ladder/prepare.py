@@ -1,0 +1,162 @@
+"""Getting an idea ready to run: its knobs (validated ``--knob`` values) and its module.
+
+Knobs are read at import, so ``--knob KEY=VALUE`` goes into ``os.environ`` before the idea is
+imported. The knobs an idea reads are its own modules' plus those of the ideas it imports
+(``ladder.kernels.<family>.ideas.i<NNN>``), found by ``ladder.knobs.scan_idea``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from ladder import codehash, knobs, paths
+from ladder.paths import LadderError
+
+__all__ = [
+    "PreparedIdea",
+    "idea_knobs",
+    "parse_knob_args",
+    "prepare_idea",
+    "related_ideas",
+]
+
+_KEY_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
+
+
+def parse_knob_args(items: Sequence[str]) -> dict[str, str]:
+    """{KEY: VALUE} from ``--knob KEY=VALUE`` strings. Raises LadderError on a malformed item
+    or a key given twice."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not _KEY_RE.match(key):
+            raise LadderError(
+                f"--knob takes KEY=VALUE with an upper-case key, got {item!r}; "
+                f"e.g. --knob CCONV_TARGET_PROGRAMS=4096"
+            )
+        if key in out:
+            raise LadderError(f"--knob {key} given twice; keep one")
+        out[key] = value
+    return out
+
+
+def related_ideas(family: str, folder: str, root: Path | None = None) -> list[str]:
+    """Idea folders of the same family that ``folder``'s code imports, transitively (by the
+    ``ladder.kernels.<family>.ideas.i<NNN>`` names in its modules). Excludes ``folder``."""
+    fdir = paths.family_dir(family, root)
+    pat = re.compile(rf"ladder\.kernels\.{re.escape(family)}\.ideas\.i(\d{{3}})")
+    seen = {folder}
+    todo = [folder]
+    while todo:
+        cur = todo.pop()
+        files = codehash.idea_files_from_dir(fdir / "ideas" / cur)
+        for rel, data in files.items():
+            if not rel.endswith(".py"):
+                continue
+            for num in pat.findall(data.decode("utf-8", errors="replace")):
+                try:
+                    other = paths.resolve_idea(family, num, root)
+                except paths.UnknownIdea:
+                    continue
+                if other not in seen:
+                    seen.add(other)
+                    todo.append(other)
+    return sorted(seen - {folder})
+
+
+def idea_knobs(family: str, folder: str, root: Path | None = None) -> dict[str, knobs.Knob]:
+    """{key: Knob} read by the idea and the ideas it imports. Raises LadderError (the
+    scanner's ``file:line`` message) when an idea reads the environment outside the knob
+    form."""
+    fdir = paths.family_dir(family, root)
+    out: dict[str, knobs.Knob] = {}
+    for name in [folder, *related_ideas(family, folder, root)]:
+        files = codehash.idea_files_from_dir(fdir / "ideas" / name)
+        try:
+            found = knobs.scan_idea(files, family)
+        except knobs.KnobError as exc:
+            raise LadderError(f"ideas/{name}/{exc}") from None
+        for key, knob in found.items():
+            out.setdefault(key, knob)
+    return out
+
+
+@dataclass
+class PreparedIdea:
+    """An idea with its knobs applied. env: the variables this call set; module: the
+    imported ``kernel`` module (None when not loaded)."""
+
+    family: str
+    folder: str
+    idea_dir: Path
+    family_module: ModuleType
+    knobs: dict[str, knobs.Knob]
+    env: dict[str, str] = field(default_factory=dict)
+    module: ModuleType | None = None
+
+    def knob_values(self, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """{key: value in effect} under ``environ`` (default os.environ)."""
+        return knobs.effective_values(self.knobs, os.environ if environ is None else environ)
+
+
+def _drop_idea_modules(family: str, folders: Sequence[str]) -> None:
+    for folder in folders:
+        prefix = paths.idea_module_name(family, folder)
+        for name in [n for n in sys.modules if n == prefix or n.startswith(prefix + ".")]:
+            del sys.modules[name]
+
+
+def prepare_idea(
+    family: str,
+    ref: str,
+    knob_items: Sequence[str] = (),
+    root: Path | None = None,
+    *,
+    defaults: Mapping[str, str] | None = None,
+    load: bool = True,
+) -> PreparedIdea:
+    """Resolve an idea, validate ``--knob`` items against the knobs it reads, and (with
+    ``load``) set them in ``os.environ`` and import its ``kernel`` module (fresh: modules of
+    the idea and the ideas it imports are re-imported so the knobs take effect).
+
+    defaults: values for knobs the idea reads that no ``--knob`` sets (the family's
+    INTERPRET_KNOBS on the interpreter). Raises UnknownFamily, UnknownIdea, LadderError
+    (a knob the idea never reads, a value its conversion rejects) or BadIdea.
+    """
+    fam = paths.load_family(family, root)
+    folder = paths.resolve_idea(family, ref, root)
+    found = idea_knobs(family, folder, root)
+    given = parse_knob_args(knob_items)
+    for key, value in given.items():
+        if key not in found:
+            reads = ", ".join(sorted(found)) or "no knobs"
+            raise LadderError(
+                f"idea {folder} never reads {key} (it reads {reads}); drop --knob {key}={value}"
+            )
+        try:
+            knobs.parse_value(found[key], value)
+        except knobs.KnobError as exc:
+            raise LadderError(f"--knob {key}={value}: {exc}") from None
+    env = {k: str(v) for k, v in (defaults or {}).items() if k in found and k not in given}
+    env.update(given)
+    prepared = PreparedIdea(
+        family=family,
+        folder=folder,
+        idea_dir=paths.family_dir(family, root) / "ideas" / folder,
+        family_module=fam,
+        knobs=found,
+        env=env,
+    )
+    if load:
+        os.environ.update(env)
+        _drop_idea_modules(family, [folder, *related_ideas(family, folder, root)])
+        prepared.module = paths.load_idea(family, folder, root)
+    return prepared

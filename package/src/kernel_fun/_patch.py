@@ -1,0 +1,445 @@
+"""Route flash-linear-attention's (fla's) own calls through kernel-fun, without editing model code.
+
+fla's layers never name the short convolution themselves: `ShortConvolution.forward` looks
+`causal_conv1d` up in its module's globals on every call. Replacing that function object
+wherever fla resolves it therefore routes every KimiDeltaAttention, GatedDeltaNet, ... of a
+model through kernel-fun, while the layers, their parameters and their state dicts stay fla's:
+
+    import kernel_fun
+    kernel_fun.patch_fla()                 # once, before building the model
+    model = build_model(config)
+
+    with kernel_fun.patched_fla():         # or only for a block of code
+        loss = model(batch).loss
+        loss.backward()
+
+Family `cconv` replaces fla's `causal_conv1d` with `kernel_fun.cconv.causal_conv1d` at every
+attribute of an imported fla module (`fla` and `fla.*` in sys.modules) that holds fla's
+function object. In fla 0.6.0 that is the defining module `fla.modules.causal_conv1d.ops`
+(the one ShortConvolution.forward reads), the package `fla.modules.causal_conv1d`, the alias
+modules `fla.modules.convolution` and `fla.modules.conv`, and layer modules that did
+`from fla.modules.convolution import causal_conv1d` (e.g. `fla.layers.gated_deltanet`).
+A name bound to fla's function OUTSIDE fla (your own module's `from fla... import
+causal_conv1d`, executed before the patch) keeps fla's function: patch first, or import
+`kernel_fun.cconv.causal_conv1d` directly.
+
+Guarantees:
+  * atomic: everything is checked before anything is replaced, and a failure while
+    replacing restores what was already replaced; a raised error leaves fla untouched;
+  * idempotent: patching a patched family changes nothing (it only picks up fla modules
+    imported since, that bound fla's original function);
+  * exact: unpatching puts back the very objects that were there (identity, not equality),
+    also in fla modules imported while patched that bound the replacement;
+  * loud: what was replaced is logged at INFO on logger `kernel_fun._patch`; an fla without
+    what a family replaces is refused with `PatchError`, naming the attribute and fla's version.
+
+Because the replacement is looked up when a layer is CALLED, patching after a model was built
+works too, but torch.compile'd code must be compiled after patching (Dynamo guards on the
+global and would recompile, or keep a graph traced through fla's function).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import logging
+import sys
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+__all__ = [
+    "KNOWN_FAMILIES",
+    "PatchError",
+    "is_patched",
+    "patch_fla",
+    "patched_fla",
+    "patched_sites",
+    "unpatch_fla",
+]
+
+log = logging.getLogger(__name__)
+
+KNOWN_FAMILIES: tuple[str, ...] = ("cconv",)
+
+# The public fla module whose `causal_conv1d` model code imports; in every fla layout the
+# package supports it must hold the very function ShortConvolution calls.
+_CCONV_PUBLIC_MODULE = "fla.modules.convolution"
+_CCONV_NAME = "causal_conv1d"
+
+_MISSING = object()
+
+
+class PatchError(RuntimeError):
+    """A family could not be patched into the installed fla. Nothing is left patched.
+
+    The message names the fla attribute that is missing or different, and fla's version.
+    """
+
+
+@dataclass(frozen=True)
+class _Site:
+    """One module attribute that holds (or held) the function a family replaces."""
+
+    module: ModuleType
+    attr: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.module.__name__}.{self.attr}"
+
+
+@dataclass
+class _Patch:
+    """What one family replaced: the original, its replacement and every site swapped."""
+
+    family: str
+    original: Callable[..., Any]
+    replacement: Callable[..., Any]
+    sites: list[_Site]
+
+
+_LOCK = threading.RLock()
+_ACTIVE: dict[str, _Patch] = {}
+
+
+# ------------------------------------------------------------------------------------------
+# helpers
+# ------------------------------------------------------------------------------------------
+
+
+def _fla_version() -> str:
+    """fla's version string, from the imported module or the distribution metadata."""
+    mod = sys.modules.get("fla")
+    version = getattr(mod, "__version__", None)
+    if version:
+        return str(version)
+    import importlib.metadata as md
+
+    for dist in ("fla-core", "flash-linear-attention"):
+        try:
+            return md.version(dist)
+        except md.PackageNotFoundError:
+            continue
+    return "unknown"
+
+
+def _refusal(what: str) -> PatchError:
+    return PatchError(
+        f"cannot patch fla {_fla_version()}: {what}. kernel_fun.patch_fla knows fla's "
+        f"0.5.2 and 0.6.0 layouts; call kernel_fun.cconv.causal_conv1d directly instead, or "
+        f"install a flash-linear-attention release this kernel-fun supports"
+    )
+
+
+def _families(families: str | Iterable[str] | None) -> tuple[str, ...]:
+    """Normalize a family argument (one name or several) and reject unknown names."""
+    if families is None:
+        return KNOWN_FAMILIES
+    names = (families,) if isinstance(families, str) else tuple(families)
+    for name in names:
+        if name not in KNOWN_FAMILIES:
+            raise ValueError(
+                f"unknown kernel-fun family {name!r}; known families: {', '.join(KNOWN_FAMILIES)}"
+            )
+    return tuple(dict.fromkeys(names))  # unique, in the order given
+
+
+def _fla_modules() -> list[ModuleType]:
+    """Every imported module of fla (`fla`, `fla.*`), each once (aliases share objects)."""
+    seen: set[int] = set()
+    out: list[ModuleType] = []
+    for name, mod in list(sys.modules.items()):
+        if not (name == "fla" or name.startswith("fla.")) or not isinstance(mod, ModuleType):
+            continue
+        if id(mod) in seen:
+            continue
+        seen.add(id(mod))
+        out.append(mod)
+    return out
+
+
+def _holders(obj: Any) -> list[_Site]:
+    """Every attribute of an imported fla module that is `obj` itself (identity)."""
+    sites: list[_Site] = []
+    for mod in _fla_modules():
+        namespace = getattr(mod, "__dict__", None)
+        if not isinstance(namespace, dict):
+            continue
+        for attr, value in list(namespace.items()):
+            if value is obj:
+                sites.append(_Site(mod, attr))
+    return sites
+
+
+def _get(module: ModuleType, attr: str) -> Any:
+    return module.__dict__.get(attr, _MISSING)
+
+
+# ------------------------------------------------------------------------------------------
+# family cconv
+# ------------------------------------------------------------------------------------------
+
+
+def _is_fla_module(name: str) -> bool:
+    return name == "fla" or name.startswith("fla.")
+
+
+def _call_time_module(fn: Callable[..., Any], attr: str) -> ModuleType | None:
+    """The module whose attribute `attr` the function `fn` reads each time it runs.
+
+    Either its own module, through a global lookup (`LOAD_GLOBAL attr`: fla 0.6.0's
+    ShortConvolution.forward), or the module a function-local `from M import attr` names
+    (IMPORT_NAME M, IMPORT_FROM attr: fla 0.5.x). None when `fn` does neither, so that
+    replacing the attribute would not reach it.
+    """
+    import dis
+    import importlib.util
+
+    instructions = list(dis.get_instructions(fn))
+    imported: str | None = None
+    for i, ins in enumerate(instructions):
+        if ins.opname == "IMPORT_NAME":
+            level = instructions[i - 2].argval if i >= 2 else 0
+            name = str(ins.argval)
+            if isinstance(level, int) and level > 0:
+                package = fn.__globals__.get("__package__") or ""
+                name = importlib.util.resolve_name("." * level + name, package)
+            imported = name
+        elif ins.opname == "IMPORT_FROM" and ins.argval == attr and imported is not None:
+            return importlib.import_module(imported)
+        elif ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and ins.argval == attr:
+            return sys.modules.get(fn.__globals__.get("__name__", ""))
+    return None
+
+
+def _plan_cconv() -> _Patch:
+    """Find fla's causal_conv1d and every fla attribute holding it; import the replacement.
+
+    Checks, in order, and refuses with PatchError at the first that fails: fla imports;
+    fla.modules.ShortConvolution exists; its forward reads `causal_conv1d` at call time
+    from an fla module (its own globals, or a function-local import); that module has it;
+    fla.modules.convolution has it too, as the same object; the replacement imports and is
+    not fla's function. Replaces nothing.
+    """
+    try:
+        fla_modules = importlib.import_module("fla.modules")
+    except Exception as exc:
+        raise PatchError(
+            f"cannot patch fla: flash-linear-attention does not import ({type(exc).__name__}: "
+            f"{exc})"
+        ) from exc
+
+    short_conv = getattr(fla_modules, "ShortConvolution", None)
+    if short_conv is None:
+        raise _refusal("fla.modules.ShortConvolution is missing")
+    forward = getattr(short_conv, "forward", None)
+    forward = inspect.unwrap(forward) if callable(forward) else None
+    if getattr(forward, "__code__", None) is None:
+        raise _refusal(f"{short_conv.__module__}.ShortConvolution.forward is not a function")
+    try:
+        home = _call_time_module(forward, _CCONV_NAME)
+    except Exception as exc:
+        raise _refusal(
+            f"the module ShortConvolution.forward imports `{_CCONV_NAME}` from does not load ({exc})"
+        ) from exc
+    if home is None or not _is_fla_module(home.__name__):
+        raise _refusal(
+            f"{short_conv.__module__}.ShortConvolution.forward does not look `{_CCONV_NAME}` "
+            f"up in an fla module when it runs, so replacing that name would not reach it"
+        )
+    home_name = home.__name__
+    original = _get(home, _CCONV_NAME)
+    if original is _MISSING:
+        raise _refusal(f"{home_name}.{_CCONV_NAME} is missing")
+    if not callable(original):
+        raise _refusal(f"{home_name}.{_CCONV_NAME} is not callable ({type(original).__name__})")
+
+    try:
+        public = importlib.import_module(_CCONV_PUBLIC_MODULE)
+    except Exception as exc:
+        raise _refusal(f"{_CCONV_PUBLIC_MODULE} does not import ({exc})") from exc
+    public_fn = _get(public, _CCONV_NAME)
+    if public_fn is _MISSING:
+        raise _refusal(f"{_CCONV_PUBLIC_MODULE}.{_CCONV_NAME} is missing")
+    if public_fn is not original:
+        raise _refusal(
+            f"{_CCONV_PUBLIC_MODULE}.{_CCONV_NAME} is not the function ShortConvolution "
+            f"calls ({home_name}.{_CCONV_NAME})"
+        )
+
+    sites = _holders(original)
+    if not any(s.module is home and s.attr == _CCONV_NAME for s in sites):
+        raise _refusal(f"{home_name} is not among the imported fla modules (sys.modules)")
+
+    try:
+        from kernel_fun._common import compat
+        from kernel_fun.cconv import causal_conv1d as replacement
+    except Exception as exc:
+        raise PatchError(
+            f"cannot patch fla: kernel_fun.cconv does not import ({type(exc).__name__}: {exc})"
+        ) from exc
+    if original is replacement:
+        raise PatchError(
+            f"cannot patch fla: {home_name}.{_CCONV_NAME} is already "
+            f"kernel_fun.cconv.causal_conv1d, but not through kernel_fun.patch_fla, so fla's "
+            f"original is unknown here; restore fla's function before patching"
+        )
+    try:
+        compat.remember_original(original)
+    except Exception as exc:
+        raise PatchError(
+            f"cannot patch fla: recording fla's original {_CCONV_NAME} failed ({exc})"
+        ) from exc
+    return _Patch("cconv", original, replacement, sites)
+
+
+_PLANNERS: dict[str, Callable[[], _Patch]] = {"cconv": _plan_cconv}
+
+
+# ------------------------------------------------------------------------------------------
+# apply / restore
+# ------------------------------------------------------------------------------------------
+
+
+def _swap(sites: list[_Site], old: Any, new: Any) -> list[_Site]:
+    """Set every site from `old` to `new`; on a failure put back the ones done and raise."""
+    done: list[_Site] = []
+    for site in sites:
+        try:
+            setattr(site.module, site.attr, new)
+        except Exception as exc:
+            for earlier in reversed(done):
+                setattr(earlier.module, earlier.attr, old)
+            raise PatchError(f"cannot patch fla: setting {site.name} failed ({exc})") from exc
+        done.append(site)
+    return done
+
+
+def _describe(p: _Patch, sites: list[_Site]) -> str:
+    target = f"{getattr(p.replacement, '__module__', '?')}.{p.replacement.__name__}"
+    names = ", ".join(s.name for s in sites)
+    return f"fla {_fla_version()} {getattr(p.original, '__name__', p.family)} -> {target} at {len(sites)} place(s): {names}"
+
+
+def patch_fla(families: str | Iterable[str] = ("cconv",)) -> dict[str, tuple[str, ...]]:
+    """Route fla's own calls of each family through kernel-fun (see the module docstring).
+
+    families: a family name or an iterable of them; known: KNOWN_FAMILIES ("cconv").
+    Returns {family: names ("module.attr") of every fla attribute now holding the
+    replacement}. A family already patched is left as it is, except that fla modules imported
+    since, which bound fla's original, are patched too.
+
+    Raises ValueError for an unknown family name (listing the known ones) and PatchError
+    when the installed fla lacks what a family replaces, or kernel_fun's replacement does
+    not import; then nothing is patched (all families of the call are rolled back).
+    """
+    names = _families(families)
+    with _LOCK:
+        plans: list[_Patch] = []
+        extensions: list[tuple[_Patch, list[_Site]]] = []
+        for name in names:
+            active = _ACTIVE.get(name)
+            if active is not None:
+                extensions.append((active, _holders(active.original)))
+            else:
+                plans.append(_PLANNERS[name]())
+        applied: list[tuple[_Patch, list[_Site]]] = []
+        try:
+            for p in plans:
+                applied.append((p, _swap(p.sites, p.original, p.replacement)))
+            for p, new_sites in extensions:
+                applied.append((p, _swap(new_sites, p.original, p.replacement)))
+        except Exception:
+            for p, done in reversed(applied):
+                for site in reversed(done):
+                    setattr(site.module, site.attr, p.original)
+            raise
+        for p in plans:
+            _ACTIVE[p.family] = p
+            log.info("kernel-fun: patched %s", _describe(p, p.sites))
+        for p, new_sites in extensions:
+            if new_sites:
+                p.sites.extend(new_sites)
+                log.info("kernel-fun: patched (newly imported) %s", _describe(p, new_sites))
+            else:
+                log.debug("kernel-fun: %s is already patched; nothing to do", p.family)
+        return {name: tuple(s.name for s in _ACTIVE[name].sites) for name in names}
+
+
+def unpatch_fla(families: str | Iterable[str] | None = None) -> dict[str, tuple[str, ...]]:
+    """Put fla's original objects back for each family (default: every patched family).
+
+    Restores every attribute that `patch_fla` swapped and still holds the replacement, and
+    every attribute of an fla module imported while patched that bound the replacement.
+    An attribute someone else reassigned in the meantime is left alone, with a warning.
+    A family that is not patched is a no-op. Returns {family: names restored}.
+    Raises ValueError for an unknown family name.
+    """
+    names = _families(families)
+    out: dict[str, tuple[str, ...]] = {}
+    with _LOCK:
+        for name in names:
+            p = _ACTIVE.pop(name, None)
+            if p is None:
+                continue
+            restored: list[str] = []
+            recorded = {(id(s.module), s.attr) for s in p.sites}
+            late = [s for s in _holders(p.replacement) if (id(s.module), s.attr) not in recorded]
+            for site in [*p.sites, *late]:
+                current = _get(site.module, site.attr)
+                if current is p.replacement:
+                    setattr(site.module, site.attr, p.original)
+                    restored.append(site.name)
+                else:
+                    log.warning(
+                        "kernel-fun: %s no longer holds kernel-fun's %s (reassigned while "
+                        "patched); left as it is",
+                        site.name,
+                        p.original.__name__,
+                    )
+            log.info(
+                "kernel-fun: unpatched %s: fla's own %s restored at %d place(s)",
+                name,
+                p.original.__name__,
+                len(restored),
+            )
+            out[name] = tuple(restored)
+    return out
+
+
+@contextlib.contextmanager
+def patched_fla(
+    families: str | Iterable[str] = ("cconv",),
+) -> Iterator[dict[str, tuple[str, ...]]]:
+    """Context manager: `patch_fla(families)` on entry, undo on exit (also on an exception).
+
+    Only the families this block patched are unpatched on exit, so blocks nest and a family
+    patched before entering stays patched after leaving. Yields what `patch_fla` returns.
+    Raises as `patch_fla` does, on entry.
+    """
+    names = _families(families)
+    with _LOCK:
+        fresh = tuple(n for n in names if n not in _ACTIVE)
+        result = patch_fla(names)
+    try:
+        yield result
+    finally:
+        if fresh:
+            unpatch_fla(fresh)
+
+
+def is_patched(family: str = "cconv") -> bool:
+    """Is `family` currently patched into fla by this module? ValueError if unknown."""
+    (name,) = _families(family)
+    return name in _ACTIVE
+
+
+def patched_sites(family: str = "cconv") -> tuple[str, ...]:
+    """Names ("module.attr") of the fla attributes `family` replaced; () when not patched."""
+    (name,) = _families(family)
+    p = _ACTIVE.get(name)
+    return () if p is None else tuple(s.name for s in p.sites)

@@ -1,0 +1,273 @@
+"""End to end on a real layer: flash-linear-attention's KimiDeltaAttention, fla vs patched.
+
+The layer is fla's own (fla.layers.KimiDeltaAttention); `kernel_fun.patched_fla()` swaps only
+the function its three ShortConvolutions call. Checked here, on the GPU:
+
+  * numerics: the layer's output, input gradient and every parameter gradient, computed with
+    fla's conv and with ours from the same weights and inputs, are each compared with the
+    same layer run in fp32 (fla's conv, fp32 weights and inputs). Ours must be as close to
+    it as fla is: rel-L2 error <= ERR_RATIO_MAX x fla's + SLACK. The direct ours-vs-fla
+    difference is reported next to it. Two precisions: all-bf16 parameters (as fla's own
+    layer tests run) and fp32 parameters under bf16 autocast (the conv then sees bf16 x with
+    an fp32 weight, the production call);
+  * a profiler witness: while patched, kernel-fun's conv kernels (names containing
+    "cconv_fwd" / "cconv_bwd") run and fla's ("causal_conv1d_fwd_kernel" /
+    "causal_conv1d_bwd_kernel") do not; unpatched, the reverse;
+  * training: 20 AdamW steps of a 2-layer KDA stack from the same initialization, fla vs
+    patched, follow the same loss curve to within LOSS_REL_TOL at every step (and the
+    witness holds in the patched run).
+
+Each test prints one summary line (pytest shows it even when output is captured).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]
+
+# The layer as it is trained (16 heads of 128, value heads twice as wide, width-4 conv).
+HIDDEN, HEADS, HEAD_DIM, EXPAND_V, CONV_SIZE = 2048, 16, 128, 2, 4
+B, T = 2, 2048
+
+ERR_RATIO_MAX = 1.10  # the family contract's bound on our error over fla's
+SLACK = 2.0**-9  # bf16's unit roundoff: differences below it are not resolvable in bf16
+LOSS_REL_TOL = 1e-2
+TRAIN_STEPS = 20
+
+OUR_CONV = ("cconv_fwd", "cconv_bwd")
+FLA_CONV = ("causal_conv1d_fwd_kernel", "causal_conv1d_bwd_kernel")
+
+
+def _kda(layer_idx: int = 0) -> nn.Module:
+    from fla.layers import KimiDeltaAttention
+
+    return KimiDeltaAttention(
+        hidden_size=HIDDEN,
+        expand_v=EXPAND_V,
+        head_dim=HEAD_DIM,
+        num_heads=HEADS,
+        mode="chunk",
+        use_short_conv=True,
+        conv_size=CONV_SIZE,
+        layer_idx=layer_idx,
+    )
+
+
+def _patched_fla():
+    import kernel_fun
+
+    return kernel_fun.patched_fla()
+
+
+def _rel_l2(a: torch.Tensor, ref: torch.Tensor) -> float:
+    """||a - ref||_2 / ||ref||_2 in float64."""
+    a64, r64 = a.double(), ref.double()
+    return float((a64 - r64).norm() / r64.norm().clamp_min(1e-30))
+
+
+# ------------------------------------------------------------------------------------------
+# profiler witness
+# ------------------------------------------------------------------------------------------
+
+
+def _cuda_kernels(fn: Callable[[], object]) -> list[str]:
+    """Names of the CUDA kernels `fn` launched (torch.profiler, CUDA activity)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    cuda = torch.autograd.DeviceType.CUDA
+    return [e.name for e in prof.events() if e.device_type == cuda]
+
+
+def _count(names: list[str], needle: str) -> int:
+    return sum(needle in n for n in names)
+
+
+def _witness(names: list[str], patched: bool, convs_per_step: int) -> dict[str, int]:
+    """Assert whose conv kernels ran; return the launch counts."""
+    counts = {k: _count(names, k) for k in (*OUR_CONV, *FLA_CONV)}
+    ran, absent = (OUR_CONV, FLA_CONV) if patched else (FLA_CONV, OUR_CONV)
+    for k in ran:
+        assert counts[k] >= convs_per_step, f"expected >= {convs_per_step} {k} launches: {counts}"
+    for k in absent:
+        assert counts[k] == 0, f"{k} ran while {'patched' if patched else 'unpatched'}: {counts}"
+    return counts
+
+
+# ------------------------------------------------------------------------------------------
+# one layer: fla vs patched vs fp32
+# ------------------------------------------------------------------------------------------
+
+
+def _step(
+    layer: nn.Module, x: torch.Tensor, do: torch.Tensor, amp: bool
+) -> dict[str, torch.Tensor]:
+    """Forward + backward; returns output, input grad and every parameter grad (fp32 copies)."""
+    layer.zero_grad(set_to_none=True)
+    xg = x.detach().clone().requires_grad_(True)
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+        o = layer(xg)[0]
+    o.backward(do.to(o.dtype))
+    out = {"output": o.detach().float(), "dx": xg.grad.float()}
+    for name, p in layer.named_parameters():
+        assert p.grad is not None, f"{name} got no gradient"
+        out[name] = p.grad.detach().float().clone()
+    return out
+
+
+@pytest.mark.parametrize("precision", ["bf16", "amp"])
+def test_kda_layer_matches_fla_to_its_own_tolerance(precision, capsys):
+    amp = precision == "amp"
+    dev = torch.device("cuda")
+    torch.manual_seed(0)
+    layer = _kda().to(dev).train()
+    if not amp:
+        layer = layer.to(torch.bfloat16)
+    gen = torch.Generator(device=dev).manual_seed(1)
+    act_dtype = torch.float32 if amp else torch.bfloat16
+    x = torch.randn(B, T, HIDDEN, device=dev, generator=gen).to(act_dtype)
+    do = torch.randn(B, T, HIDDEN, device=dev, generator=gen).to(act_dtype)
+
+    # Warm-up (autotuning) of both paths, so neither measured run tunes.
+    _step(layer, x, do, amp)
+    with _patched_fla():
+        _step(layer, x, do, amp)
+
+    fla_run = _step(layer, x, do, amp)
+    fla_again = _step(layer, x, do, amp)
+    with _patched_fla():
+        ours = _step(layer, x, do, amp)
+
+    ref_layer = layer if amp else copy.deepcopy(layer).float()
+    ref = _step(ref_layer, x.float(), do.float(), amp=False)
+
+    rows = []
+    for name, r in ref.items():
+        e_fla, e_ours = _rel_l2(fla_run[name], r), _rel_l2(ours[name], r)
+        rows.append((name, e_fla, e_ours, _rel_l2(ours[name], fla_run[name])))
+    bad = [
+        f"{n}: ours {eo:.3e} > {ERR_RATIO_MAX} x fla {ef:.3e} + {SLACK:.1e}"
+        for n, ef, eo, _ in rows
+        if not eo <= ERR_RATIO_MAX * ef + SLACK
+    ]
+    assert not bad, "error vs the fp32 layer exceeds fla's:\n" + "\n".join(bad)
+    assert all(math.isfinite(v) for row in rows for v in row[1:])
+
+    # whose conv kernels ran
+    with _patched_fla():
+        w_ours = _witness(_cuda_kernels(lambda: _step(layer, x, do, amp)), True, 3)
+    w_fla = _witness(_cuda_kernels(lambda: _step(layer, x, do, amp)), False, 3)
+
+    out_row = rows[0]
+    worst = max(rows[1:], key=lambda r: r[2] / max(r[1], 1e-30))
+    widest = max(rows, key=lambda r: r[3])
+    fla_noise = max(_rel_l2(fla_again[n], fla_run[n]) for n in fla_run)
+    line = (
+        f"KDA layer B{B} T{T} hidden{HIDDEN} {HEADS}x{HEAD_DIM} expand_v{EXPAND_V} "
+        f"W{CONV_SIZE} [{precision}]: rel-L2 vs fp32 layer: output fla {out_row[1]:.2e} "
+        f"ours {out_row[2]:.2e}; worst grad {worst[0]} fla {worst[1]:.2e} ours {worst[2]:.2e} "
+        f"(ratio {worst[2] / max(worst[1], 1e-30):.3f}); ours vs fla max {widest[3]:.2e} "
+        f"({widest[0]}), fla vs fla {fla_noise:.1e}; kernels patched "
+        f"cconv_fwd/bwd {w_ours['cconv_fwd']}/{w_ours['cconv_bwd']}, fla's 0; unpatched "
+        f"fla fwd/bwd {w_fla['causal_conv1d_fwd_kernel']}/{w_fla['causal_conv1d_bwd_kernel']}"
+    )
+    with capsys.disabled():
+        print("\n" + line)
+        for n, ef, eo, d in rows:
+            print(f"    {n:<28} fla {ef:.3e}  ours {eo:.3e}  ours-vs-fla {d:.3e}")
+
+
+# ------------------------------------------------------------------------------------------
+# 20 training steps of a small stack
+# ------------------------------------------------------------------------------------------
+
+
+class _Stack(nn.Module):
+    """Token embedding, N pre-norm residual KDA blocks, final norm, linear head."""
+
+    def __init__(self, vocab: int, n_layers: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, HIDDEN)
+        self.norms = nn.ModuleList(nn.RMSNorm(HIDDEN, eps=1e-5) for _ in range(n_layers))
+        self.blocks = nn.ModuleList(_kda(i) for i in range(n_layers))
+        self.norm_f = nn.RMSNorm(HIDDEN, eps=1e-5)
+        self.head = nn.Linear(HIDDEN, vocab, bias=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        h = self.embed(tokens)
+        for norm, block in zip(self.norms, self.blocks):
+            h = h + block(norm(h))[0]
+        return self.head(self.norm_f(h))
+
+
+def _train(
+    model: nn.Module, tokens: torch.Tensor, steps: int, profile_step: int | None
+) -> tuple[list[float], list[str]]:
+    """AdamW(lr 1e-3), fp32 master weights, bf16 autocast; next-token loss on `tokens`."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    losses: list[float] = []
+    kernels: list[str] = []
+
+    def one_step() -> torch.Tensor:
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(inputs)
+        loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    box: list[torch.Tensor] = []
+    for step in range(steps):
+        if step == profile_step:
+            kernels = _cuda_kernels(lambda: box.append(one_step()))
+            loss = box.pop()
+        else:
+            loss = one_step()
+        losses.append(float(loss))
+    return losses, kernels
+
+
+def test_training_steps_follow_fla_loss_curve(capsys):
+    dev = torch.device("cuda")
+    vocab, n_layers, batch, seq = 4096, 2, 4, 512
+    torch.manual_seed(0)
+    init = _Stack(vocab, n_layers).to(dev)
+    gen = torch.Generator(device=dev).manual_seed(2)
+    tokens = torch.randint(0, vocab, (batch, seq + 1), device=dev, generator=gen)
+
+    fla_losses, _ = _train(copy.deepcopy(init), tokens, TRAIN_STEPS, None)
+    fla_again, _ = _train(copy.deepcopy(init), tokens, TRAIN_STEPS, None)
+    with _patched_fla():
+        our_losses, kernels = _train(copy.deepcopy(init), tokens, TRAIN_STEPS, TRAIN_STEPS // 2)
+
+    witness = _witness(kernels, True, 3 * n_layers)
+    dev_rel = [abs(a - b) / abs(a) for a, b in zip(fla_losses, our_losses)]
+    noise = max(abs(a - b) / abs(a) for a, b in zip(fla_losses, fla_again))
+    assert all(math.isfinite(v) for v in fla_losses + our_losses)
+    assert fla_losses[-1] < fla_losses[0], f"the stack did not train: {fla_losses}"
+    worst = max(range(TRAIN_STEPS), key=lambda i: dev_rel[i])
+    assert dev_rel[worst] <= LOSS_REL_TOL, (
+        f"step {worst}: fla {fla_losses[worst]:.5f} vs ours {our_losses[worst]:.5f}\n"
+        f"fla : {fla_losses}\nours: {our_losses}"
+    )
+    line = (
+        f"KDA x{n_layers} training, {TRAIN_STEPS} AdamW steps (B{batch} T{seq}, amp bf16): loss "
+        f"{fla_losses[0]:.4f} -> fla {fla_losses[-1]:.4f} / ours {our_losses[-1]:.4f}; max "
+        f"|dloss|/loss ours vs fla {dev_rel[worst]:.1e} (step {worst}), fla vs fla {noise:.1e}; "
+        f"patched step ran cconv_fwd/bwd {witness['cconv_fwd']}/{witness['cconv_bwd']}, "
+        f"fla conv 0"
+    )
+    with capsys.disabled():
+        print("\n" + line)

@@ -1,0 +1,325 @@
+"""The command line: scaffolding, check, board, winner, and every usage error path."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ladder import bench, paths, records
+from ladder.cli import app
+from tests.fixtures.ladder.helpers import FIXTURE_ROOT, copy_toy, idea_path
+
+REPO = Path(__file__).resolve().parents[1]
+ROOT = str(FIXTURE_ROOT)
+
+
+def run(*args: str, root: Path | str | None = ROOT):
+    argv = (["--root", str(root)] if root is not None else []) + list(args)
+    return CliRunner().invoke(app, argv)
+
+
+def assert_usage_error(result, *needles: str) -> str:
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    err = result.stderr.strip()
+    assert "\n" not in err, err
+    assert err.startswith("error: ")
+    assert "Traceback" not in result.output
+    for needle in needles:
+        assert needle in err, err
+    return err
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    monkeypatch.setattr(bench.GpuRuntime, "unavailable", lambda self: "no CUDA GPU is visible")
+
+
+@pytest.fixture
+def interpret_env(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    for key in ("TOY_FAST", "TOY_BLOCK"):
+        monkeypatch.delenv(key, raising=False)
+
+
+# ------------------------------------------------------------------------------------------
+# usage errors: one line, exit 2
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["check", "nope", "1"],
+        ["bench", "nope", "1"],
+        ["board", "nope"],
+        ["winner", "nope"],
+        ["new", "nope", "an-idea"],
+    ],
+)
+def test_unknown_family(argv: list[str]) -> None:
+    assert_usage_error(run(*argv), "unknown family 'nope'", "known: toy")
+
+
+@pytest.mark.parametrize("cmd", ["check", "bench"])
+def test_unknown_idea(cmd: str) -> None:
+    assert_usage_error(run(cmd, "toy", "9"), "no idea '9'", "python -m ladder new toy <slug>")
+
+
+def test_idea_without_entry_points(interpret_env) -> None:
+    assert_usage_error(
+        run("check", "toy", "2", "--interpret"),
+        "ideas/002-no-bwd/kernel.py does not define toy_bwd",
+    )
+
+
+@pytest.mark.parametrize("cmd", ["check", "bench"])
+def test_knob_the_idea_never_reads(cmd: str, no_gpu) -> None:
+    assert_usage_error(
+        run(cmd, "toy", "1", "--knob", "TOY_TURBO=1"),
+        "never reads TOY_TURBO",
+        "drop --knob TOY_TURBO=1",
+    )
+    assert_usage_error(run(cmd, "toy", "0", "--knob", "TOY_BLOCK=4"), "never reads TOY_BLOCK")
+
+
+def test_bad_knob_values(no_gpu) -> None:
+    assert_usage_error(run("bench", "toy", "1", "--knob", "TOY_BLOCK=wide"), "TOY_BLOCK")
+    assert_usage_error(run("bench", "toy", "1", "--knob", "toy_block=4"), "KEY=VALUE")
+
+
+def test_bench_without_gpu(no_gpu) -> None:
+    assert_usage_error(
+        run("bench", "toy", "0"),
+        "needs a CUDA GPU",
+        "python -m ladder check toy 000-base --interpret",
+    )
+
+
+def test_bad_shape_sets(no_gpu) -> None:
+    assert_usage_error(run("bench", "toy", "0", "--shapes", "small"), "--shapes 'small'")
+    assert_usage_error(run("check", "toy", "0", "--shapes", "tiny"), "--shapes 'tiny'")
+    assert_usage_error(
+        run("check", "toy", "0", "--interpret", "--shapes", "prod"),
+        "runs the small shapes only",
+        "--shapes prod",
+    )
+
+
+def test_new_refuses_bad_and_taken_slugs(tmp_path: Path) -> None:
+    root = copy_toy(tmp_path)
+    assert_usage_error(run("new", "toy", "Fast_Path", root=root), "not kebab-case")
+    assert_usage_error(run("new", "toy", "fast", root=root), "taken by 001-fast")
+    assert sorted(p.name for p in (root / "kernels/toy/ideas").iterdir())[-1] == "003-wrong-taps"
+
+
+def test_broken_record_is_named(tmp_path: Path) -> None:
+    root = copy_toy(tmp_path)
+    rdir = idea_path(root, "000-base") / "records"
+    path = next(rdir.glob("*.json"))
+    rec = json.loads(path.read_text())
+    del rec["versions"]["triton"]
+    path.write_text(json.dumps(rec))
+    err = assert_usage_error(run("board", "toy", root=root), "versions.triton: missing")
+    assert path.name in err
+
+
+# ------------------------------------------------------------------------------------------
+# new
+# ------------------------------------------------------------------------------------------
+
+
+def test_new_scaffolds_the_next_number(tmp_path: Path) -> None:
+    root = copy_toy(tmp_path)
+    result = run("new", "toy", "two-pass", root=root)
+    assert result.exit_code == 0, result.output
+    dest = idea_path(root, "004-two-pass")
+    assert f"created {dest}" in result.stdout
+    assert (dest / "records" / ".gitkeep").is_file()
+    notes = (dest / "NOTES.md").read_text()
+    for section in ("## Hypothesis", "## Prediction", "## Result", "## Dead ends"):
+        assert section in notes
+    mod = paths.load_idea("toy", "4", root)
+    with pytest.raises(NotImplementedError, match="toy_fwd is not written yet"):
+        mod.toy_fwd(None, None)
+    with pytest.raises(NotImplementedError, match="toy_bwd"):
+        mod.toy_bwd(None, None, None)
+    lint = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--no-cache", str(dest / "kernel.py")],
+        capture_output=True,
+        text=True,
+    )
+    assert lint.returncode == 0, lint.stdout
+
+
+def test_new_for_cconv_uses_its_entry_points(tmp_path: Path) -> None:
+    fam = tmp_path / "repo" / "ladder" / "kernels" / "cconv"
+    (fam / "ideas").mkdir(parents=True)
+    shutil.copy(REPO / "ladder/kernels/cconv/family.py", fam / "family.py")
+    result = run("new", "cconv", "first-try", root=tmp_path / "repo")
+    assert result.exit_code == 0, result.output
+    text = (fam / "ideas" / "000-first-try" / "kernel.py").read_text()
+    assert "def cconv_fwd(x, w):" in text and "def cconv_bwd(x, w, dy):" in text
+
+
+# ------------------------------------------------------------------------------------------
+# check (correctness)
+# ------------------------------------------------------------------------------------------
+
+
+def test_check_passes_a_correct_idea_on_the_cpu(interpret_env) -> None:
+    result = run("check", "toy", "1", "--interpret", "--knob", "TOY_BLOCK=8", "--seed", "7")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "fla's baseline is skipped on the CPU interpreter" in out
+    assert "knobs: TOY_BLOCK=8, TOY_FAST=False" in out
+    assert "s-b2-t9-d8-w4+strided: ok" in out
+    assert "passed: 4 checks" in out
+
+
+def test_check_fails_wrong_taps(interpret_env) -> None:
+    result = run("check", "toy", "3", "--interpret", "--no-strided")
+    assert result.exit_code == 1, result.output
+    assert "FAILED: s-b2-t9-d8-w4, s-b1-t5-d4-w3" in result.stdout
+
+
+def test_check_respawns_under_the_interpreter() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    env["PYTHONPATH"] = str(REPO)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ladder", "--root", ROOT, "check", "toy", "0", "--no-strided"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "no CUDA GPU: checking the small shapes on Triton's CPU interpreter" in proc.stdout
+    assert "CPU (Triton interpreter)" in proc.stdout
+    assert "passed: 2 checks" in proc.stdout
+
+
+@pytest.mark.slow
+def test_check_cconv_strip_kernel_on_the_interpreter() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(REPO)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ladder", "check", "cconv", "001", "--interpret"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "interpreter settings: CCONV_FAST_SIGMOID=0, CCONV_AUTOTUNE=0" in proc.stdout
+    assert "passed:" in proc.stdout and "FAILED" not in proc.stdout
+
+
+# ------------------------------------------------------------------------------------------
+# board and winner
+# ------------------------------------------------------------------------------------------
+
+
+def _fixture_record(folder: str, stem_prefix: str) -> dict:
+    (path,) = (FIXTURE_ROOT / "kernels/toy/ideas" / folder / "records").glob(stem_prefix + "*.json")
+    return json.loads(path.read_text())
+
+
+def test_fixture_records_are_current() -> None:
+    # The committed fixture records carry the toy ideas' code_sha; after editing a toy kernel,
+    # regenerate them with `python tests/fixtures/ladder/recgen.py`.
+    from ladder import codehash
+
+    for folder, prefix in (("000-base", "20260102"), ("001-fast", "20260103")):
+        rec = _fixture_record(folder, prefix)
+        files = codehash.idea_files_from_dir(FIXTURE_ROOT / "kernels/toy/ideas" / folder)
+        assert rec["code_sha"] == codehash.code_sha(files), "run tests/fixtures/ladder/recgen.py"
+
+
+def test_board_json_rows_and_winner() -> None:
+    result = run("board", "toy", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    rows = {r["idea"]: r for r in data["rows"]}
+    assert list(rows) == ["000-base", "001-fast", "002-no-bwd", "003-wrong-taps"]
+    best = _fixture_record("001-fast", "20260103")
+    prod = next(s for s in best["shapes"] if s["name"] == "prod")
+    row = rows["001-fast"]
+    assert row["record_id"] == best["record_id"] and row["winner"] is True
+    assert row["records"] == 3  # 4 records, but the B300 one is not on this board's device
+    assert row["fwd_ms"] == prod["fwd"]["candidate_ms"]["median"]
+    assert row["fla_bwd_ms"] == prod["bwd"]["baseline_ms"]["median"]
+    want = (prod["fwd"]["baseline_ms"]["median"] + prod["bwd"]["baseline_ms"]["median"]) / (
+        prod["fwd"]["candidate_ms"]["median"] + prod["bwd"]["candidate_ms"]["median"]
+    )
+    assert row["prod_ratio"] == pytest.approx(want)
+    assert row["bwd_fraction_of_copy"] == prod["bwd"]["fraction_of_copy"]
+    worst = max(v for s in best["shapes"] for v in s["correctness"]["err_ratio"].values())
+    assert row["err_ratio"] == pytest.approx(worst)
+    assert row["code_unchanged_since"] == best["code_unchanged_since"]
+    assert (row["dirty"], row["stale"], row["promotable"]) == (False, False, True)
+    assert data["winner"]["idea"] == "001-fast"
+    assert data["winner"]["record_id"] == best["record_id"]
+    assert rows["002-no-bwd"]["status"] is None and rows["002-no-bwd"]["records"] == 0
+    assert rows["003-wrong-taps"]["status"] == "incorrect"
+    assert rows["003-wrong-taps"]["prod_ratio"] is None
+    assert not rows["000-base"]["winner"]
+
+
+def test_board_any_device_and_table(tmp_path: Path) -> None:
+    data = json.loads(run("board", "toy", "--json", "--device", "").stdout)
+    b300 = _fixture_record("001-fast", "20260105")
+    assert data["winner"]["record_id"] == b300["record_id"]
+    table = run("board", "toy")
+    assert table.exit_code == 0
+    line = next(ln for ln in table.stdout.splitlines() if "001-fast" in ln)
+    assert "★" in line and "1.500" in line
+    assert "winner: 001-fast" in table.stdout
+
+
+def test_board_marks_stale_code(tmp_path: Path) -> None:
+    root = copy_toy(tmp_path)
+    kernel = idea_path(root, "001-fast") / "kernel.py"
+    kernel.write_text(kernel.read_text() + "\n# changed\n")
+    data = json.loads(run("board", "toy", "--json", root=root).stdout)
+    rows = {r["idea"]: r for r in data["rows"]}
+    dirty = _fixture_record("001-fast", "20260104")
+    assert rows["001-fast"]["record_id"] == dirty["record_id"]  # best passed, not promotable
+    assert rows["001-fast"]["stale"] is True and rows["001-fast"]["promotable"] is False
+    assert data["winner"]["idea"] == "000-base"
+
+
+def test_board_plot(tmp_path: Path) -> None:
+    out = tmp_path / "plots" / "board.png"
+    result = run("board", "toy", "--plot", str(out))
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"plot: {out}" in result.stdout
+    empty = copy_toy(tmp_path / "e", records=False)
+    assert_usage_error(
+        run("board", "toy", "--plot", str(tmp_path / "x.png"), root=empty), "no passed toy records"
+    )
+
+
+def test_winner_command() -> None:
+    result = run("winner", "toy", "--json")
+    assert result.exit_code == 0, result.output
+    info = json.loads(result.stdout)
+    best = _fixture_record("001-fast", "20260103")
+    assert info["idea"] == "001-fast" and info["record_id"] == best["record_id"]
+    assert info["score"] == pytest.approx(records.prod_ratio(best))
+    text = run("winner", "toy", "--device", "B300")
+    assert "001-fast record " + _fixture_record("001-fast", "20260105")["record_id"] in text.stdout
+    none = run("winner", "toy", "--device", "A100")
+    assert none.exit_code == 1
+    err = none.stderr.strip()
+    assert err.startswith("no winner: ") and "\n" not in err and "'A100'" in err

@@ -1,0 +1,117 @@
+"""Paths, the idea import finder and knob handling of ideas."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from ladder import paths, prepare
+from tests.fixtures.ladder.helpers import FIXTURE_ROOT, copy_toy, idea_path
+
+
+def test_resolve_idea_accepts_number_padded_full_and_slug() -> None:
+    for ref in ("1", "001", "001-fast", "fast"):
+        assert paths.resolve_idea("toy", ref, FIXTURE_ROOT) == "001-fast"
+    with pytest.raises(paths.UnknownIdea) as err:
+        paths.resolve_idea("toy", "42", FIXTURE_ROOT)
+    assert "000-base, 001-fast, 002-no-bwd, 003-wrong-taps" in str(err.value)
+    assert "python -m ladder new toy <slug>" in str(err.value)
+
+
+def test_unknown_family_lists_the_known_ones() -> None:
+    with pytest.raises(paths.UnknownFamily, match=r"unknown family 'nope' \(known: toy\)"):
+        paths.family_dir("nope", FIXTURE_ROOT)
+    assert "cconv" in paths.list_families()
+
+
+def test_kernels_dir_accepts_repo_root_and_package_folder(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    (repo / "ladder" / "kernels").mkdir(parents=True)
+    assert paths.kernels_dir(repo) == (repo / "ladder" / "kernels").resolve()
+    assert paths.kernels_dir(FIXTURE_ROOT) == FIXTURE_ROOT / "kernels"
+    with pytest.raises(paths.LadderError, match="no ladder/kernels folder"):
+        paths.kernels_dir(tmp_path / "empty")
+
+
+def test_finder_maps_numbered_packages_to_folders() -> None:
+    mod = paths.load_idea("toy", "1", FIXTURE_ROOT)
+    assert mod.__name__ == "ladder.kernels.toy.ideas.i001.kernel"
+    assert Path(mod.__file__) == FIXTURE_ROOT / "kernels/toy/ideas/001-fast/kernel.py"
+    # 001 imports 000 through the finder
+    base = sys.modules["ladder.kernels.toy.ideas.i000.kernel"]
+    assert mod.base is base
+    pkg = importlib.import_module("ladder.kernels.toy.ideas.i000")
+    assert list(pkg.__path__) == [str(FIXTURE_ROOT / "kernels/toy/ideas/000-base")]
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("ladder.kernels.toy.ideas.i077")
+
+
+def test_finder_serves_this_checkouts_ideas() -> None:
+    mod = importlib.import_module("ladder.kernels.cconv.ideas.i000.kernel")
+    assert callable(mod.cconv_fwd) and callable(mod.cconv_bwd)
+    assert Path(mod.__file__).parent.name == "000-fla"
+
+
+def test_missing_entry_point_is_a_one_line_error() -> None:
+    with pytest.raises(paths.BadIdea) as err:
+        paths.load_idea("toy", "2", FIXTURE_ROOT)
+    msg = str(err.value)
+    assert "ideas/002-no-bwd/kernel.py does not define toy_bwd" in msg
+    assert "\n" not in msg
+
+
+def test_rebinding_a_family_to_another_root_reimports(tmp_path: Path) -> None:
+    root = copy_toy(tmp_path, records=False)
+    (idea_path(root, "000-base") / "kernel.py").write_text(
+        "from ladder.kernels.toy import family\n\n"
+        "MARK = 'copy'\n\n"
+        "def toy_fwd(x, w):\n    return family.baseline_fwd(x, w)\n\n"
+        "def toy_bwd(x, w, dy):\n    return family.baseline_bwd(x, w, dy)\n"
+    )
+    assert paths.load_idea("toy", "0", root).MARK == "copy"
+    assert not hasattr(paths.load_idea("toy", "0", FIXTURE_ROOT), "MARK")
+
+
+def test_knobs_include_imported_ideas_and_apply_before_import(monkeypatch) -> None:
+    monkeypatch.delenv("TOY_BLOCK", raising=False)
+    monkeypatch.delenv("TOY_FAST", raising=False)
+    assert prepare.related_ideas("toy", "001-fast", FIXTURE_ROOT) == ["000-base"]
+    found = prepare.idea_knobs("toy", "001-fast", FIXTURE_ROOT)
+    assert sorted(found) == ["TOY_BLOCK", "TOY_FAST"]
+    p = prepare.prepare_idea(
+        "toy", "1", ["TOY_BLOCK=128"], FIXTURE_ROOT, defaults={"TOY_FAST": "0"}
+    )
+    assert p.module.BLOCK == 128 and p.module.FAST is False
+    assert p.knob_values() == {"TOY_BLOCK": 128, "TOY_FAST": False}
+    assert os.environ["TOY_BLOCK"] == "128"
+    # a later load with another value re-reads the knob
+    p2 = prepare.prepare_idea("toy", "1", ["TOY_BLOCK=32"], FIXTURE_ROOT)
+    assert p2.module.BLOCK == 32
+
+
+@pytest.mark.parametrize(
+    ("items", "message"),
+    [
+        (["TOY_NOPE=1"], "idea 001-fast never reads TOY_NOPE (it reads TOY_BLOCK, TOY_FAST)"),
+        (["TOY_BLOCK=big"], "--knob TOY_BLOCK=big"),
+        (["TOY_BLOCK"], "--knob takes KEY=VALUE"),
+        (["TOY_BLOCK=1", "TOY_BLOCK=2"], "--knob TOY_BLOCK given twice"),
+    ],
+)
+def test_bad_knobs(items: list[str], message: str) -> None:
+    with pytest.raises(paths.LadderError) as err:
+        prepare.prepare_idea("toy", "1", items, FIXTURE_ROOT, load=False)
+    assert message in str(err.value)
+
+
+def test_an_idea_reading_the_environment_badly_is_refused(tmp_path: Path) -> None:
+    root = copy_toy(tmp_path, records=False)
+    (idea_path(root, "000-base") / "extra.py").write_text(
+        "import os\n\n\ndef f():\n    return os.environ['TOY_X']\n"
+    )
+    with pytest.raises(paths.LadderError, match=r"ideas/000-base/extra\.py:5"):
+        prepare.idea_knobs("toy", "000-base", root)

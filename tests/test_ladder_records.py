@@ -1,0 +1,240 @@
+"""Bench records: schema round trip, validation messages, append-only writing, the winner."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from ladder import codehash, records
+from tests.fixtures.ladder.helpers import copy_toy, idea_path
+from tests.fixtures.ladder.recgen import fake_sha, make_record
+
+SHA = "1" * 64
+
+
+def _rec(**kw):
+    base = {"idea": "001-fast", "code_sha": SHA, "created": "2026-02-01T00:00:00Z"}
+    base.update(kw)
+    return make_record(**base)
+
+
+# ------------------------------------------------------------------------------------------
+# schema
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", ["passed", "incorrect", "error"])
+def test_round_trip(tmp_path: Path, status: str) -> None:
+    rec = _rec(status=status)
+    records.validate_record(rec)
+    path = records.write_record(tmp_path / "idea", rec)
+    assert path == tmp_path / "idea" / "records" / f"{rec['record_id']}.json"
+    back = records.read_record(path)
+    assert back.pop("_path") == path
+    assert back == json.loads(json.dumps(rec))
+    assert json.loads(path.read_text()) == back
+
+
+def _mutate(rec: dict, dotted: str, value=None, delete: bool = False) -> dict:
+    rec = copy.deepcopy(rec)
+    obj = rec
+    parts = dotted.replace("]", "").replace("[", ".").split(".")
+    for p in parts[:-1]:
+        obj = obj[int(p)] if p.isdigit() else obj[p]
+    last = parts[-1]
+    if delete:
+        del obj[last]
+    else:
+        obj[last] = value
+    return rec
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "delete", "message"),
+    [
+        ("code_sha", None, True, "code_sha: missing"),
+        ("harness_sha", "xyz", False, "harness_sha: malformed"),
+        ("schema_version", 2, False, "schema_version: expected 1"),
+        ("dirty", "no", False, "dirty: expected true or false"),
+        ("created", "2026-02-01T00:00:00+02:00", False, "created: expected a UTC time"),
+        ("created", "yesterday", False, "created: not ISO 8601"),
+        ("commit", None, False, "commit: null commit on a record that is not dirty"),
+        ("commit", "abc", False, "commit: expected a 40-hex"),
+        ("device.name", None, True, "device.name: missing"),
+        ("versions.fla", None, True, "versions.fla: missing"),
+        ("status", "fast", False, "status: expected one of"),
+        ("copy_ceiling_TBps", None, False, "copy_ceiling_TBps: a passed record needs"),
+        ("clocks.end", None, True, "clocks.end: missing"),
+        ("shapes[0].fwd.candidate_ms.median", -1.0, False, "shapes[0].fwd.candidate_ms.median"),
+        ("shapes[0].bwd.ratio", 9.0, False, "shapes[0].bwd.ratio: 9.0 is not baseline/candidate"),
+        ("shapes[0].fwd.min_bytes", None, True, "shapes[0].fwd.min_bytes: missing"),
+        ("shapes[1].fwdbwd", None, True, "shapes[1].fwdbwd: missing"),
+        ("shapes[0].correctness.passed", False, False, "shapes[0].correctness.passed: false"),
+        ("shapes[1].correctness.err_ratio.y", "big", False, "shapes[1].correctness.err_ratio.y"),
+        ("shapes[0].W", 0, False, "shapes[0].W: expected >= 1"),
+        ("record_id", "run-1", False, "record_id: malformed"),
+    ],
+)
+def test_validation_names_the_field(field, value, delete, message) -> None:
+    bad = _mutate(_rec(), field, value, delete)
+    with pytest.raises(records.RecordError) as err:
+        records.validate_record(bad)
+    text = str(err.value)
+    assert message in text
+    assert "\n" not in text
+
+
+def test_incorrect_and_error_records_carry_no_timing() -> None:
+    inc = _rec(status="incorrect")
+    inc["shapes"][1]["fwd"] = _rec()["shapes"][1]["fwd"]
+    with pytest.raises(records.RecordError, match=r"shapes\[1\]\.fwd: a incorrect record"):
+        records.validate_record(inc)
+    ok = _rec(status="incorrect")
+    ok["shapes"][0]["correctness"]["passed"] = True
+    with pytest.raises(records.RecordError, match="every shape's correctness passed"):
+        records.validate_record(ok)
+    err = _rec(status="error")
+    err["error"] = ""
+    with pytest.raises(records.RecordError, match="error: an error record needs"):
+        records.validate_record(err)
+
+
+# ------------------------------------------------------------------------------------------
+# writing and loading
+# ------------------------------------------------------------------------------------------
+
+
+def test_write_never_overwrites(tmp_path: Path) -> None:
+    rec = _rec()
+    path = records.write_record(tmp_path, rec)
+    before = path.read_bytes()
+    other = copy.deepcopy(rec)
+    other["shapes"][0]["correctness"]["candidate_err"]["y"] = 1e-3
+    with pytest.raises(records.RecordError, match="never rewritten"):
+        records.write_record(tmp_path, other)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in (tmp_path / "records").iterdir()) == [path.name]
+
+
+def test_write_refuses_an_invalid_record_and_leaves_nothing(tmp_path: Path) -> None:
+    bad = _mutate(_rec(), "status", "maybe")
+    with pytest.raises(records.RecordError):
+        records.write_record(tmp_path, bad)
+    assert not (tmp_path / "records").exists() or not any((tmp_path / "records").iterdir())
+
+
+def test_write_strips_private_keys(tmp_path: Path) -> None:
+    rec = _rec()
+    rec["_path"] = "somewhere"
+    path = records.write_record(tmp_path, rec, records_dir=tmp_path / "out")
+    assert path.parent == tmp_path / "out"
+    assert "_path" not in json.loads(path.read_text())
+
+
+def test_load_checks_file_name_and_folder(tmp_path: Path) -> None:
+    root = copy_toy(tmp_path, records=False)
+    rdir = idea_path(root, "001-fast") / "records"
+    rec = _rec()
+    (rdir / "20990101T000000Z-deadbeef.json").write_text(json.dumps(rec))
+    with pytest.raises(records.RecordError, match="does not match the file name"):
+        records.load_records("toy", root)
+    (rdir / "20990101T000000Z-deadbeef.json").unlink()
+    rec2 = _rec(idea="000-base")
+    (rdir / f"{rec2['record_id']}.json").write_text(json.dumps(rec2))
+    with pytest.raises(records.RecordError, match="does not belong in 001-fast"):
+        records.load_records("toy", root)
+
+
+def test_code_unchanged_since(tmp_path: Path) -> None:
+    idea = tmp_path / "001-fast"
+    assert records.code_unchanged_since(idea, SHA, "self-id") == "self-id"
+    other = "2" * 64
+    records.write_record(idea, _rec(created="2026-03-01T00:00:00Z", code_sha=other))
+    later = _rec(created="2026-03-05T00:00:00Z")
+    earlier = _rec(created="2026-03-02T00:00:00Z")
+    records.write_record(idea, later)
+    records.write_record(idea, earlier)
+    assert records.code_unchanged_since(idea, SHA, "x") == earlier["record_id"]
+    assert records.code_unchanged_since(idea, "3" * 64, "x") == "x"
+
+
+# ------------------------------------------------------------------------------------------
+# ratio and winner
+# ------------------------------------------------------------------------------------------
+
+
+def test_prod_ratio_is_summed_fwd_bwd() -> None:
+    rec = _rec(fwd=(0.5, 1.0), bwd=(1.5, 2.0))
+    assert records.prod_ratio(rec) == pytest.approx((1.0 + 2.0) / (0.5 + 1.5))
+    assert records.prod_ratio(_rec(status="incorrect")) is None
+
+
+def _tree(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    root = copy_toy(tmp_path, records=False)
+    shas = {
+        f: codehash.code_sha(codehash.idea_files_from_dir(idea_path(root, f)))
+        for f in ("000-base", "001-fast", "003-wrong-taps")
+    }
+    return root, shas
+
+
+def _put(root: Path, rec: dict) -> Path:
+    return records.write_record(idea_path(root, rec["idea"]), rec)
+
+
+def test_winner_skips_dirty_incorrect_stale_and_other_devices(tmp_path: Path) -> None:
+    root, shas = _tree(tmp_path)
+    with pytest.raises(records.NoWinner, match="no toy records yet"):
+        records.winner("toy", root)
+    good = _rec(idea="000-base", code_sha=shas["000-base"], fwd=(1.0, 1.1), bwd=(2.0, 2.2))
+    _put(root, good)
+    _put(
+        root,
+        _rec(code_sha=shas["001-fast"], dirty=True, fwd=(0.1, 1.0), created="2026-02-02T00:00:00Z"),
+    )
+    _put(root, _rec(idea="003-wrong-taps", code_sha=shas["003-wrong-taps"], status="incorrect"))
+    _put(root, _rec(code_sha=fake_sha("old"), fwd=(0.2, 1.0), created="2026-02-03T00:00:00Z"))
+    b300 = _rec(
+        code_sha=shas["001-fast"],
+        device="NVIDIA B300",
+        fwd=(0.3, 1.0),
+        created="2026-02-04T00:00:00Z",
+    )
+    _put(root, b300)
+    _put(root, _rec(code_sha=shas["001-fast"], status="error", created="2026-02-05T00:00:00Z"))
+    win = records.winner("toy", root)
+    assert win.idea == "000-base"
+    assert win.record["record_id"] == good["record_id"]
+    assert win.score == pytest.approx((1.1 + 2.2) / (1.0 + 2.0))
+    assert win.record_path.parent.parent == idea_path(root, "000-base")
+    on_b300 = records.winner("toy", root, device="b300")
+    assert on_b300.record["record_id"] == b300["record_id"]
+    with pytest.raises(records.NoWinner) as err:
+        records.winner("toy", root, device="A100")
+    msg = str(err.value)
+    for part in ("2 not passed", "1 dirty", "other device"):
+        assert part in msg
+    # code_sha_of decides staleness: pretend 001's current code is the old one.
+    old = records.winner(
+        "toy",
+        root,
+        code_sha_of=lambda f: fake_sha("old") if f == "001-fast" else shas[f],
+    )
+    assert old.idea == "001-fast" and old.score == pytest.approx(3.0 / 2.2)
+
+
+def test_winner_ties_go_to_the_earliest_then_record_id(tmp_path: Path) -> None:
+    root, shas = _tree(tmp_path)
+    kw = {"idea": "001-fast", "code_sha": shas["001-fast"], "fwd": (1.0, 1.5), "bwd": (2.0, 3.0)}
+    late = _rec(created="2026-04-02T00:00:00Z", **kw)
+    early_b = _rec(created="2026-04-01T00:00:00Z", record_id="20260401T000000Z-bbbbbbbb", **kw)
+    early_a = _rec(created="2026-04-01T00:00:00Z", record_id="20260401T000000Z-aaaaaaaa", **kw)
+    for rec in (late, early_b, early_a):
+        _put(root, rec)
+    assert records.winner("toy", root).record["record_id"] == early_a["record_id"]
+    better = _rec(created="2026-04-03T00:00:00Z", **{**kw, "fwd": (0.9, 1.5)})
+    _put(root, better)
+    assert records.winner("toy", root).record["record_id"] == better["record_id"]

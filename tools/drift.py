@@ -1,0 +1,294 @@
+"""Is the package exactly what the vendor makes of its recorded source? ``make drift``.
+
+    python tools/drift.py [--strict] [--json] [--family F ...] [--repo PATH]
+
+For each family with a ``package/src/kernel_fun/<family>/_provenance.py`` (read with
+``ast.literal_eval``, never imported) three conditions are checked, offline, from local git
+objects:
+
+- stale: a source file at HEAD differs from SOURCE_FILES, or the family's winner at HEAD is
+  another record. Advisory: exit 0, unless ``--strict``. A family with no _provenance.py is
+  reported "not vendored" (advisory too).
+- tampered: a file of ``_kernels/`` differs from OUTPUT_FILES (or is missing, or is not a
+  vendor output). Always fatal.
+- not reproducible: re-running the vendor in memory on the sources at SOURCE_COMMIT with the
+  recorded record does not give the recorded outputs. Always fatal.
+
+Exit status: 0 clean, 1 drift, 2 usage or configuration error (e.g. a corrupt
+_provenance.py).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _vendorlib as vl  # noqa: E402
+import typer  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
+
+
+@dataclass
+class FamilyReport:
+    """Drift of one family. status: clean | stale | drift | not vendored | error."""
+
+    family: str
+    vendored: bool = False
+    source_commit: str | None = None
+    record: dict[str, str] | None = None
+    stale: list[str] = field(default_factory=list)
+    tampered: list[str] = field(default_factory=list)
+    not_reproducible: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def status(self) -> str:
+        if self.error:
+            return "error"
+        if not self.vendored:
+            return "not vendored"
+        if self.tampered or self.not_reproducible:
+            return "drift"
+        return "stale" if self.stale else "clean"
+
+    def exit_code(self, strict: bool) -> int:
+        if self.error:
+            return 2
+        if self.tampered or self.not_reproducible:
+            return 1
+        if strict and (self.stale or not self.vendored):
+            return 1
+        return 0
+
+
+def families_in(repo: Path, head: str) -> list[str]:
+    """Families with a family.py at HEAD or a _provenance.py on disk, sorted."""
+    names = {
+        name
+        for name, kind in vl.list_tree(repo, head, "ladder/kernels")
+        if kind == "tree" and vl.read_blob(repo, head, f"ladder/kernels/{name}/family.py")
+    }
+    pkg = repo / "package" / "src" / "kernel_fun"
+    if pkg.is_dir():
+        names |= {p.parent.name for p in pkg.glob("*/_provenance.py")}
+    return sorted(names)
+
+
+def check_family(repo: Path, head: str, family: str) -> FamilyReport:
+    """The three drift conditions of one family (see the module docstring)."""
+    report = FamilyReport(family=family)
+    try:
+        spec = vl.load_family_spec(repo, head, family)
+    except vl.VendorError as exc:
+        report.error = f"{exc} (HEAD)"
+        return report
+    prov_path = repo / spec.provenance_path
+    if not prov_path.is_file():
+        return report
+    report.vendored = True
+    try:
+        prov = vl.parse_provenance(prov_path.read_bytes(), spec.provenance_path)
+    except vl.VendorError as exc:
+        report.error = f"{exc}; restore it with git or re-vendor (`make vendor FAMILY={family}`)"
+        return report
+    commit = prov["SOURCE_COMMIT"]
+    record = prov["RECORD"]
+    report.source_commit = commit
+    report.record = {k: record[k] for k in ("idea", "record_id", "sha256")}
+    restore = (
+        f"restore with `make vendor FAMILY={family} COMMIT={commit}` (exactly: `python "
+        f"tools/vendor.py {family} --commit {commit} --record {record['record_id']}`) or "
+        f"re-vendor with `make vendor FAMILY={family}`"
+    )
+
+    # tampered: the files on disk against OUTPUT_FILES
+    on_disk = vl.current_outputs(repo, spec)
+    on_disk.pop(spec.provenance_path, None)
+    for path, want in sorted(prov["OUTPUT_FILES"].items()):
+        if path not in on_disk:
+            report.tampered.append(f"{path} is missing; {restore}")
+        elif vl.sha256(on_disk[path]) != want:
+            report.tampered.append(f"{path} differs from what the vendor wrote; {restore}")
+    for path in sorted(set(on_disk) - set(prov["OUTPUT_FILES"])):
+        report.tampered.append(f"{path} is not a vendor output; remove it or re-vendor")
+
+    # stale: sources at HEAD, and the winner at HEAD
+    for path, want in sorted(prov["SOURCE_FILES"].items()):
+        blob = vl.read_blob(repo, head, path)
+        if blob is None:
+            report.stale.append(
+                f"{path} is gone at HEAD; re-vendor (`make vendor FAMILY={family}`)"
+            )
+        elif vl.sha256(blob) != want:
+            report.stale.append(
+                f"{path} changed since {commit[:12]}; bench it and re-vendor "
+                f"(`make vendor FAMILY={family}`)"
+            )
+    stale_winner = _winner_note(repo, head, spec, record)
+    if stale_winner:
+        report.stale.append(stale_winner)
+
+    # not reproducible: the vendor again, in memory, at SOURCE_COMMIT
+    try:
+        vl.resolve_commit(repo, commit)
+    except vl.VendorError:
+        report.error = (
+            f"SOURCE_COMMIT {commit[:12]} is not in the local git objects; fetch the full "
+            "history (`git fetch --unshallow`)"
+        )
+        return report
+    try:
+        spec_then = vl.load_family_spec(repo, commit, family)
+        result = vl.build(repo, spec_then, commit, record["idea"], record["record_id"])
+    except vl.VendorError as exc:
+        report.not_reproducible.append(f"the vendor at {commit[:12]} refuses: {exc}")
+        return report
+    again = result.provenance
+    note = _tool_note(prov["VENDOR"], again["VENDOR"])
+    for key in ("RECORD", "KNOBS", "SOURCE_FILES"):
+        if again[key] != prov[key]:
+            report.not_reproducible.append(
+                f"{key} at {commit[:12]} is {json.dumps(again[key], sort_keys=True)}, "
+                f"recorded {json.dumps(prov[key], sort_keys=True)}{note}"
+            )
+    for path in sorted(set(again["OUTPUT_FILES"]) | set(prov["OUTPUT_FILES"])):
+        got, want = again["OUTPUT_FILES"].get(path), prov["OUTPUT_FILES"].get(path)
+        if got != want:
+            what = "not produced" if got is None else "not recorded" if want is None else "differs"
+            report.not_reproducible.append(
+                f"{path}: the vendor at {commit[:12]} gives other bytes ({what}){note}; "
+                f"re-vendor (`make vendor FAMILY={family}`)"
+            )
+    return report
+
+
+def _winner_note(repo: Path, head: str, spec: vl.FamilySpec, record: dict[str, str]) -> str:
+    """'' when the vendored record is still the family's winner at HEAD, else why not."""
+    from ladder.codehash import CodeHashError, code_sha, idea_files_at_commit
+    from ladder.paths import LadderError
+    from ladder.records import NoWinner, winner
+
+    cache: dict[str, str] = {}
+
+    def code_sha_of(folder: str) -> str:
+        if folder not in cache:
+            try:
+                cache[folder] = code_sha(
+                    idea_files_at_commit(repo, head, f"{spec.ideas_dir}/{folder}")
+                )
+            except CodeHashError:
+                cache[folder] = ""
+        return cache[folder]
+
+    try:
+        won = winner(spec.family, repo, device=spec.target_device, code_sha_of=code_sha_of)
+    except NoWinner as exc:
+        return f"no winner at HEAD ({exc})"
+    except LadderError as exc:
+        return f"cannot rank the records at HEAD: {exc}"
+    if won.record["record_id"] == record["record_id"]:
+        return ""
+    return (
+        f"the winner at HEAD is {won.idea} record {won.record['record_id']} (prod ratio "
+        f"{won.score:.3f}), not the vendored {record['idea']} record {record['record_id']}; "
+        f"re-vendor (`make vendor FAMILY={spec.family}`)"
+    )
+
+
+def _tool_note(then: dict[str, Any], now: dict[str, Any]) -> str:
+    changed = [k for k in sorted(set(then) | set(now)) if then.get(k) != now.get(k)]
+    if not changed:
+        return ""
+    return (
+        " (the vendor itself differs from the one that wrote it: "
+        + ", ".join(f"{k} {str(then.get(k))[:12]} -> {str(now.get(k))[:12]}" for k in changed)
+        + ")"
+    )
+
+
+def render(console: Console, reports: list[FamilyReport], strict: bool, code: int) -> None:
+    """The human table, then one line per finding."""
+    table = Table(title="drift: package vs. vendored source")
+    for col in ("family", "status", "stale", "tampered", "reproducible"):
+        table.add_column(col, no_wrap=True)
+    for r in reports:
+        checked = r.vendored and not r.error
+        table.add_row(
+            r.family,
+            r.status,
+            ("yes" if r.stale else "no") if checked else "n/a",
+            ("YES" if r.tampered else "no") if checked else "n/a",
+            ("NO" if r.not_reproducible else "yes") if checked else "n/a",
+        )
+    console.print(table)
+    for r in reports:
+        if r.record and r.source_commit:
+            console.print(
+                f"{r.family}: vendored from {r.record['idea']} record {r.record['record_id']} "
+                f"at {r.source_commit}",
+                markup=False,
+            )
+        if r.error:
+            console.print(f"{r.family}: error: {r.error}", markup=False)
+        if not r.vendored and not r.error:
+            console.print(
+                f"{r.family}: not vendored (`make vendor FAMILY={r.family}`)", markup=False
+            )
+        for label, items in (
+            ("tampered", r.tampered),
+            ("not reproducible", r.not_reproducible),
+            ("stale", r.stale),
+        ):
+            for item in items:
+                console.print(f"{r.family}: {label}: {item}", markup=False)
+    verdict = {0: "clean", 1: "drift", 2: "error"}[code]
+    console.print(f"drift: {verdict}{' (strict)' if strict else ''}", markup=False)
+
+
+@app.command()
+def main(
+    strict: Annotated[
+        bool, typer.Option("--strict", help="stale or not vendored is fatal too")
+    ] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="print JSON, not a table")] = False,
+    family: Annotated[
+        list[str] | None, typer.Option("--family", help="check only this family (repeatable)")
+    ] = None,
+    repo: Annotated[
+        Path, typer.Option("--repo", help="repository root (default: this checkout)")
+    ] = vl.TOOL_ROOT,
+) -> None:
+    """Check every vendored family (or --family) for stale, tampered, not reproducible."""
+    console = Console(soft_wrap=True, highlight=False)
+    repo = repo.resolve()
+    try:
+        head = vl.resolve_commit(repo, "HEAD")
+        names = list(family) if family else families_in(repo, head)
+    except vl.VendorError as exc:
+        Console(stderr=True).print(f"drift: {exc}", markup=False)
+        raise typer.Exit(2) from None
+    reports = [check_family(repo, head, name) for name in names]
+    code = max((r.exit_code(strict) for r in reports), default=0)
+    if json_out:
+        payload = {
+            "strict": strict,
+            "exit_code": code,
+            "head": head,
+            "families": [{**asdict(r), "status": r.status} for r in reports],
+        }
+        console.out(json.dumps(payload, indent=2, sort_keys=True))
+    else:
+        render(console, reports, strict, code)
+    raise typer.Exit(code)
+
+
+if __name__ == "__main__":
+    app()

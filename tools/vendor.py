@@ -1,0 +1,220 @@
+"""Promote a family's winning idea into the package: ``make vendor FAMILY=cconv``.
+
+    python tools/vendor.py FAMILY [--idea NNN] [--record RECORD_ID] [--commit SHA]
+                                  [--dry-run] [--repo PATH]
+
+Takes the family's winner (the promotable record with the best prod ratio, its code checked
+at the commit) unless ``--idea`` / ``--record`` choose; reads the idea's modules from git at
+the commit (HEAD by default); freezes the knobs to the record's values, decides the branches
+they settle, drops what became unused, rewrites imports between ideas; and replaces
+``package/src/kernel_fun/<family>/_kernels/`` and ``_provenance.py`` with the result, all
+files or none. ``--dry-run`` prints the diff and the knob inventory and writes nothing.
+
+Exit status: 0 done, 2 refused (one line on stderr says why and what to do).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _vendorlib as vl  # noqa: E402
+import typer  # noqa: E402
+from rich.console import Console  # noqa: E402
+
+app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
+
+
+def select_record(
+    repo: Path,
+    spec: vl.FamilySpec,
+    commit: str,
+    idea: str | None,
+    record_id: str | None,
+) -> tuple[str, str]:
+    """(idea folder, record_id) to vendor: the record given, else the winner (of ``idea``
+    when given) with code_sha compared at ``commit``. Raises VendorError."""
+    from ladder.codehash import CodeHashError, code_sha, idea_files_at_commit
+    from ladder.paths import LadderError
+    from ladder.records import NoWinner, load_records, winner
+
+    if record_id is not None:
+        matches = [
+            folder
+            for folder in vl.idea_folders(repo, commit, spec)
+            if vl.read_blob(repo, commit, vl.record_relpath(spec, folder, record_id)) is not None
+        ]
+        if idea is not None:
+            matches = [m for m in matches if m == idea]
+        if len(matches) != 1:
+            where = f" of {idea}" if idea else ""
+            raise vl.VendorError(
+                f"record {record_id}{where} is not committed at {commit[:12]} "
+                f"({len(matches)} matches); commit it, or pass --commit"
+            )
+        return matches[0], record_id
+
+    cache: dict[str, str] = {}
+
+    def code_sha_of(folder: str) -> str:
+        if idea is not None and folder != idea:
+            return ""  # only the chosen idea competes
+        if folder not in cache:
+            try:
+                files = idea_files_at_commit(repo, commit, f"{spec.ideas_dir}/{folder}")
+                cache[folder] = code_sha(files)
+            except CodeHashError:
+                cache[folder] = ""
+        return cache[folder]
+
+    try:
+        won = winner(spec.family, repo, device=spec.target_device, code_sha_of=code_sha_of)
+    except NoWinner as exc:
+        if idea is not None:
+            _explain_no_record(repo, spec, commit, idea, code_sha_of(idea), load_records)
+        raise vl.VendorError(f"no winner for {spec.family} at {commit[:12]}: {exc}") from None
+    except LadderError as exc:
+        raise vl.VendorError(str(exc)) from None
+    return won.idea, won.record["record_id"]
+
+
+def _explain_no_record(
+    repo: Path, spec: vl.FamilySpec, commit: str, idea: str, current: str, load_records: Any
+) -> None:
+    """Raise the most useful refusal for an idea without a promotable record."""
+    recs = [r for r in load_records(spec.family, repo) if r["idea"] == idea]
+    good = [r for r in recs if r["status"] == "passed" and not r["dirty"]]
+    stale = [r for r in good if r["code_sha"] != current]
+    if good and len(stale) == len(good):
+        last = stale[-1]
+        raise vl.VendorError(
+            f"record {last['record_id']} of {idea} was benched on code {last['code_sha'][:12]}, "
+            f"but the idea's code at {commit[:12]} is {current[:12]}; re-bench it: "
+            f"{vl.rebench_hint(spec, idea)}"
+        )
+    raise vl.VendorError(
+        f"idea {idea} has no promotable record ({len(recs)} records, {len(good)} passed on a "
+        f"clean tree, device {spec.target_device!r} needed); bench it: "
+        f"{vl.rebench_hint(spec, idea)}"
+    )
+
+
+def check_clean_reads(repo: Path, reads: list[str]) -> None:
+    """Refuse when a path the vendor reads has uncommitted changes or untracked files."""
+    dirty = vl.dirty_paths(repo, reads)
+    if dirty:
+        raise vl.VendorError(
+            f"{dirty[0]} has uncommitted changes ({len(dirty)} path(s) the vendor reads); "
+            "commit or discard them first"
+        )
+
+
+def check_clean(repo: Path, spec: vl.FamilySpec, result: vl.VendorResult) -> None:
+    """Refuse when what vendor reads or writes has uncommitted changes.
+
+    Read: the idea folder, family.py and every idea module vendored. Written: ``_kernels/``
+    and ``_provenance.py``; their uncommitted state is accepted only when it is exactly a
+    previous vendor's output (the files match the ``OUTPUT_FILES`` of the ``_provenance.py``
+    beside them), so a second run before committing works and hand edits are never lost.
+    """
+    check_clean_reads(
+        repo, [f"{spec.ideas_dir}/{result.idea}", f"{spec.family_dir}/family.py", *result.sources]
+    )
+    dirty = vl.dirty_paths(repo, [spec.kernels_dir, spec.provenance_path])
+    if not dirty:
+        return
+    on_disk = vl.current_outputs(repo, spec)
+    recorded: dict[str, str] | None = None
+    if spec.provenance_path in on_disk:
+        try:
+            prov = vl.parse_provenance(on_disk[spec.provenance_path], spec.provenance_path)
+            recorded = prov["OUTPUT_FILES"]
+        except vl.VendorError:
+            recorded = None
+    files = {p: vl.sha256(b) for p, b in on_disk.items() if p != spec.provenance_path}
+    if recorded is None or files != recorded:
+        raise vl.VendorError(
+            f"{dirty[0]} has uncommitted changes that the vendor did not make; commit or "
+            "discard them first (the vendor replaces these files)"
+        )
+
+
+def print_inventory(console: Console, result: vl.VendorResult) -> None:
+    """The knob inventory: key, module-level name, frozen value, source (record/default)."""
+    console.print(f"knobs frozen from record {result.record_id}:", markup=False)
+    rows = [
+        (row.key, row.name, repr(row.value), row.source, row.file.split("/ideas/", 1)[-1])
+        for row in result.inventory
+    ]
+    if not rows:
+        console.print("  (the vendored code reads no knobs)", markup=False)
+    widths = [max(len(r[i]) for r in rows) for i in range(4)] if rows else []
+    for r in rows:
+        cells = [c.ljust(w) for c, w in zip(r[:4], widths, strict=True)]
+        console.print("  " + "  ".join([*cells, r[4]]).rstrip(), markup=False)
+
+
+@app.command()
+def main(
+    family: Annotated[str, typer.Argument(help="family to vendor, e.g. cconv")],
+    idea: Annotated[
+        str | None, typer.Option("--idea", help="vendor this idea's best record, not the winner")
+    ] = None,
+    record: Annotated[
+        str | None, typer.Option("--record", help="vendor exactly this record_id")
+    ] = None,
+    commit: Annotated[str, typer.Option("--commit", help="read sources at this commit")] = "HEAD",
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="print the diff and the knobs; write nothing")
+    ] = False,
+    repo: Annotated[
+        Path, typer.Option("--repo", help="repository root (default: this checkout)")
+    ] = vl.TOOL_ROOT,
+) -> None:
+    """Vendor FAMILY's winner (or --idea / --record) into package/src/kernel_fun/FAMILY/."""
+    out = Console(soft_wrap=True, highlight=False)
+    err = Console(stderr=True, soft_wrap=True, highlight=False)
+    try:
+        repo = repo.resolve()
+        sha = vl.resolve_commit(repo, commit)
+        spec = vl.load_family_spec(repo, sha, family)
+        folder = vl.resolve_idea_ref(repo, sha, spec, idea) if idea is not None else None
+        if folder is not None and folder not in spec.modules:
+            raise vl.VendorError(
+                f"idea {folder} is not in VENDOR['modules'] of {spec.family_dir}/family.py "
+                f"(mapped: {', '.join(spec.modules) or 'none'}); map its modules there first"
+            )
+        chosen, record_id = select_record(repo, spec, sha, folder, record)
+        check_clean_reads(repo, [f"{spec.ideas_dir}/{chosen}", f"{spec.family_dir}/family.py"])
+        result = vl.build(repo, spec, sha, chosen, record_id)
+        check_clean(repo, spec, result)
+        before = vl.current_outputs(repo, spec)
+        if dry_run:
+            diff = vl.unified_diff(before, result.outputs)
+            out.out(diff if diff else "no changes: the package already is this vendor output")
+            print_inventory(out, result)
+            return
+        try:
+            vl.write_outputs(repo, spec, result.outputs)
+        except OSError as exc:
+            raise vl.VendorError(f"writing failed, the package is as it was: {exc}") from exc
+    except vl.VendorError as exc:
+        err.print(f"vendor: {exc}", markup=False)
+        raise typer.Exit(2) from None
+    changed = sorted(
+        p for p in set(before) | set(result.outputs) if before.get(p) != result.outputs.get(p)
+    )
+    out.print(
+        f"vendored {family} from {result.idea} record {result.record_id} at {sha[:12]}: "
+        f"{len(changed)} file(s) changed",
+        markup=False,
+    )
+    for path in changed:
+        out.print(f"  {path}", markup=False)
+
+
+if __name__ == "__main__":
+    app()
