@@ -15,6 +15,7 @@ Exit status: 0 done, 2 refused (one line on stderr says why and what to do).
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -157,6 +158,27 @@ def print_inventory(console: Console, result: vl.VendorResult) -> None:
         console.print("  " + "  ".join([*cells, r[4]]).rstrip(), markup=False)
 
 
+def inputs_commit(repo: Path, head: str, spec: vl.FamilySpec, result: vl.VendorResult) -> str:
+    """The newest commit at or before ``head`` that changed anything the output depends on:
+    the vendored source modules, the winning record, family.py and pyproject.toml (ruff's
+    configuration)."""
+    paths = [
+        *sorted(result.sources),
+        result.record_path,
+        f"{spec.family_dir}/family.py",
+        "pyproject.toml",
+    ]
+    proc = subprocess.run(
+        ["git", "-C", str(repo), "log", "-1", "--format=%H", head, "--", *paths],
+        capture_output=True,
+        text=True,
+    )
+    found = proc.stdout.strip()
+    if proc.returncode != 0 or not found:
+        raise vl.VendorError(f"cannot find the commit that last changed {paths[0]}: {proc.stderr}")
+    return found
+
+
 @app.command()
 def main(
     family: Annotated[str, typer.Argument(help="family to vendor, e.g. cconv")],
@@ -190,6 +212,13 @@ def main(
         chosen, record_id = select_record(repo, spec, sha, folder, record)
         check_clean_reads(repo, [f"{spec.ideas_dir}/{chosen}", f"{spec.family_dir}/family.py"])
         result = vl.build(repo, spec, sha, chosen, record_id)
+        if commit == "HEAD":
+            # Pin the output to the last commit that changed an input, so re-vendoring at a
+            # later HEAD whose inputs are the same gives the same bytes (SOURCE_COMMIT too).
+            pinned = inputs_commit(repo, sha, spec, result)
+            if pinned != sha:
+                sha = pinned
+                result = vl.build(repo, spec, sha, chosen, record_id)
         check_clean(repo, spec, result)
         before = vl.current_outputs(repo, spec)
         if dry_run:

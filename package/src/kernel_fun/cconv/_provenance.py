@@ -28,5 +28,5 @@ OUTPUT_FILES = {
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "c87bbd3cdb6b4b63c3479006fa9a636db391f95a6165c40d4403575d9faa1100",
+    "tool_sha256": "7f72afe87703df56ca67a230485b2eeac3988fc8e83f4a523e636e913aa531d9",
 }
