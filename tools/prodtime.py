@@ -23,7 +23,10 @@ in one process on one GPU:
           under bf16 autocast, so the conv sees bf16 x and an fp32 weight as in production;
           "bf16": every parameter bf16.
 
-Prints two tables and writes JSON (device, versions, date, command, all numbers).
+Prints two tables and writes JSON (device, versions, date, command, all numbers). The
+timed calls themselves take seconds; on a machine with cold Triton caches, compiling and
+autotuning fla's and kernel-fun's kernels during warm-up dominates the run (progress is
+logged as it goes, and `--skip-layer` leaves out the layer, the largest part of it).
 Exit status: 0 done; 1 kernel-fun disagreed with fla or did not engage; 2 usage error or
 no CUDA GPU.
 """
@@ -364,6 +367,7 @@ def measure_conv(D: int, iters: int, warmup: int, console: Console) -> list[dict
     def our_bwd(x, w, dy):
         return cconv_bwd(x, w, dy)
 
+    console.log(f"conv D{D}: checking kernel-fun against fla ({n_sets} input set(s))")
     x, w, dy = sets[0]
     with torch.no_grad():
         diffs_fwd = {"y": rel_l2(our_fwd(x, w, dy), fla_fwd(x, w, dy))}
@@ -382,6 +386,7 @@ def measure_conv(D: int, iters: int, warmup: int, console: Console) -> list[dict
             fns["kernel_fun"] = _rotating(sets, our_fn)
         else:
             console.print(f"[red]conv {op} D{D}: kernel-fun disagrees with fla {diffs}[/red]")
+        console.log(f"conv {op} D{D}: warm-up (autotuning), then {iters} timed calls each")
         for fn in fns.values():
             for _ in range(warmup):
                 fn()
@@ -406,8 +411,6 @@ def measure_conv(D: int, iters: int, warmup: int, console: Console) -> list[dict
                 "rotation_sets": n_sets,
             }
         )
-    del sets
-    torch.cuda.empty_cache()
     return rows
 
 
@@ -453,9 +456,11 @@ def measure_layer(
             step()
 
     fns = {"fla": step, "kernel_fun": patched_step}
+    console.log(f"layer: {warmup} warm-up steps each (cold Triton caches compile and tune here)")
     for fn in fns.values():
         for _ in range(warmup):
             fn()
+    console.log(f"layer: {steps} timed steps each, then one profiled step each")
     times = time_interleaved(fns, steps)
 
     out: dict[str, Any] = {**cfg, "precision": precision.value}
@@ -514,13 +519,10 @@ def main(
         "conv": [],
         "layer": None,
     }
-    with console.status("timing the conv ops ...") as status:
-        for D in CONV_DS:
-            status.update(f"timing the conv ops at D{D} ...")
-            report["conv"].extend(measure_conv(D, iters, warmup, console))
-        if not skip_layer:
-            status.update("timing the KDA layer step ...")
-            report["layer"] = measure_layer(layer_precision, layer_steps, warmup, console)
+    for D in CONV_DS:
+        report["conv"].extend(measure_conv(D, iters, warmup, console))
+    if not skip_layer:
+        report["layer"] = measure_layer(layer_precision, layer_steps, warmup, console)
     report["wall_s"] = round(time.perf_counter() - t0, 1)
     render(report, console)
     path = write_report(report, out)

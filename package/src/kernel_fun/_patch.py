@@ -33,9 +33,8 @@ Guarantees:
   * loud: what was replaced is logged at INFO on logger `kernel_fun._patch`; an fla without
     what a family replaces is refused with `PatchError`, naming the attribute and fla's version.
 
-Because the replacement is looked up when a layer is CALLED, patching after a model was built
-works too, but torch.compile'd code must be compiled after patching (Dynamo guards on the
-global and would recompile, or keep a graph traced through fla's function).
+Because the function is looked up when a layer is CALLED, patching after a model was built
+works too; code that torch.compile traces should be compiled after patching.
 """
 
 from __future__ import annotations
@@ -129,9 +128,9 @@ def _fla_version() -> str:
 
 def _refusal(what: str) -> PatchError:
     return PatchError(
-        f"cannot patch fla {_fla_version()}: {what}. kernel_fun.patch_fla knows fla's "
-        f"0.5.2 and 0.6.0 layouts; call kernel_fun.cconv.causal_conv1d directly instead, or "
-        f"install a flash-linear-attention release this kernel-fun supports"
+        f"cannot patch fla {_fla_version()}: {what}. kernel_fun.patch_fla follows fla "
+        f"0.6.0's layout; call kernel_fun.cconv.causal_conv1d directly instead, or install a "
+        f"flash-linear-attention release this kernel-fun supports"
     )
 
 
@@ -319,10 +318,18 @@ def _swap(sites: list[_Site], old: Any, new: Any) -> list[_Site]:
     return done
 
 
+def _qualname(fn: Any) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__name__', repr(fn))}"
+
+
 def _describe(p: _Patch, sites: list[_Site]) -> str:
-    target = f"{getattr(p.replacement, '__module__', '?')}.{p.replacement.__name__}"
-    names = ", ".join(s.name for s in sites)
-    return f"fla {_fla_version()} {getattr(p.original, '__name__', p.family)} -> {target} at {len(sites)} place(s): {names}"
+    """ "fla X causal_conv1d -> kernel_fun... at N place(s): a, b, ..." for the logs."""
+    what = getattr(p.original, "__name__", p.family)
+    where = ", ".join(s.name for s in sites)
+    return (
+        f"fla {_fla_version()} {what} -> {_qualname(p.replacement)} "
+        f"at {len(sites)} place(s): {where}"
+    )
 
 
 def patch_fla(families: str | Iterable[str] = ("cconv",)) -> dict[str, tuple[str, ...]]:
@@ -399,12 +406,12 @@ def unpatch_fla(families: str | Iterable[str] | None = None) -> dict[str, tuple[
                         "kernel-fun: %s no longer holds kernel-fun's %s (reassigned while "
                         "patched); left as it is",
                         site.name,
-                        p.original.__name__,
+                        getattr(p.original, "__name__", name),
                     )
             log.info(
                 "kernel-fun: unpatched %s: fla's own %s restored at %d place(s)",
                 name,
-                p.original.__name__,
+                getattr(p.original, "__name__", name),
                 len(restored),
             )
             out[name] = tuple(restored)
