@@ -12,6 +12,7 @@ COMMIT ?=
 RECORD ?=
 DRY_RUN ?=
 JSON ?=
+STAGES ?=
 SHAPES ?= all
 STRICT ?=
 OUT ?= out
@@ -27,9 +28,8 @@ setup:  ## create .venv with everything the CPU tests need (keeps an installed t
 test:  ## every CPU test (GPU tests skip with a reason)
 	$(PY) -m pytest -q -m "not gpu" tests package/tests
 
-gpu-test:  ## GPU tests + an end-to-end prod bench (needs a CUDA GPU, sm90+)
+gpu-test:  ## every GPU test, incl. an end-to-end prod bench (needs a CUDA GPU, sm90+)
 	$(PY) -m pytest -q -m gpu -rs tests package/tests
-	$(PY) -m ladder bench cconv 001 --shapes prod --allow-dirty --out $(OUT)/gpu-test-records
 
 lint:  ## ruff check + format check
 	$(PY) -m ruff check .
@@ -56,8 +56,8 @@ wheel:  ## build the kernel-fun wheel into dist/
 prodtime:  ## fla vs kernel_fun at the production call and in a KDA layer step (GPU)
 	$(PY) tools/prodtime.py --out $(OUT)/prodtime.json
 
-device:  ## every GPU stage in one call, logs and records under OUT (STAGES=...)
-	OUT=$(OUT) PY=$(PY) bash tools/device.sh
+device:  ## GPU stages in one call, logs and records under OUT (STAGES="env cconv layer ...")
+	OUT=$(OUT) PY=$(PY) $(if $(STAGES),STAGES="$(STAGES)") bash tools/device.sh
 
 clean:
 	rm -rf dist build package/build .pytest_cache .ruff_cache

@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in one call, on a machine that may have no package registry:
-#   STAGES="env gpu-test bench prodtime" OUT=out bash tools/device.sh     (or: make device)
+#   STAGES="env cconv layer ladder common prodtime" OUT=out bash tools/device.sh  (make device)
+# Each stage writes $OUT/<stage>.log; `gpu-test` is all GPU tests at once, `cconv`, `layer`,
+# `ladder` and `common` are its parts, for calls that must each end within a time limit.
 # Wheels in .whl/ (fla-core, flash-linear-attention, libcst, ruff) are installed into a
-# private target first when present. Logs, records and JSON land in $OUT; the last lines
+# private target first when fla or libcst is missing. Logs, records and JSON land in $OUT; the last lines
 # printed are a summary table.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
 mkdir -p "$OUT"
-STAGES=${STAGES:-"env gpu-test bench prodtime"}
+STAGES=${STAGES:-"env gpu-test prodtime"}
 PY=${PY:-python3}
 BENCH_IDEAS=${BENCH_IDEAS:-"000 001"}
 BENCH_SHAPES=${BENCH_SHAPES:-all}
 export PYTHONUNBUFFERED=1
 
-if compgen -G ".whl/*.whl" >/dev/null; then
+if ! "$PY" -c "import fla, libcst" >/dev/null 2>&1 && compgen -G ".whl/*.whl" >/dev/null; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/kf-site .whl/*.whl || exit 1
   export PYTHONPATH="/tmp/kf-site${PYTHONPATH:+:$PYTHONPATH}"
@@ -36,13 +38,24 @@ run_stage() {  # name, command...
 for stage in $STAGES; do
   case $stage in
     env)
-      run_stage env bash -c "nvidia-smi; $PY -c 'import kernel_fun, json; print(json.dumps(kernel_fun.versions()))'; ls -a; git rev-parse HEAD 2>&1 | head -1"
+      run_stage env bash -c "nvidia-smi; $PY -c 'import kernel_fun, json; print(json.dumps(kernel_fun.versions()))'"
       ;;
-    gpu-test)
+    gpu-test)  # all of it: what `make gpu-test` runs (several minutes of compiling/autotuning)
       run_stage gpu-test "$PY" -m pytest -q -m gpu -rs -p no:cacheprovider \
         --junitxml "$OUT/gpu-test.xml" tests package/tests
       ;;
-    bench)
+    cconv | layer | ladder | common)  # the same tests, one group per call
+      case $stage in
+        cconv) files=package/tests/test_cconv_gpu.py ;;
+        layer) files=package/tests/test_kda_layer_gpu.py ;;
+        ladder) files=tests/test_ladder_gpu.py ;;
+        common) files="package/tests/test_cache.py package/tests/test_support.py package/tests/test_versions.py" ;;
+      esac
+      # shellcheck disable=SC2086
+      run_stage "$stage" "$PY" -m pytest -q -m gpu -rs -p no:cacheprovider \
+        --junitxml "$OUT/$stage.xml" $files
+      ;;
+    bench)  # records need LADDER_COMMIT/LADDER_DIRTY when the tree has no usable .git
       before=$(mktemp)
       find ladder/kernels -path '*/records/*.json' | sort >"$before"
       for idea in $BENCH_IDEAS; do
@@ -51,14 +64,14 @@ for stage in $STAGES; do
       find ladder/kernels -path '*/records/*.json' | sort | comm -13 "$before" - >"$OUT/new-records.txt"
       tar -cf "$OUT/records.tar" -T "$OUT/new-records.txt"
       ;;
-    vendor-drift)
-      run_stage vendor-drift bash -c "$PY tools/vendor.py cconv --dry-run && $PY tools/drift.py"
+    drift)
+      run_stage drift "$PY" tools/drift.py
       ;;
     prodtime)
       run_stage prodtime "$PY" tools/prodtime.py --out "$OUT/prodtime.json"
       ;;
     *)
-      echo "unknown stage $stage (env gpu-test bench vendor-drift prodtime)" >&2
+      echo "unknown stage $stage (env gpu-test cconv layer ladder common bench drift prodtime)" >&2
       exit 2
       ;;
   esac
