@@ -21,7 +21,7 @@ if ! "$PY" -c "import fla, libcst" >/dev/null 2>&1 && compgen -G ".whl/*.whl" >/
     --target /tmp/kf-site .whl/*.whl || exit 1
   export PYTHONPATH="/tmp/kf-site${PYTHONPATH:+:$PYTHONPATH}"
 fi
-export PYTHONPATH="$PWD:$PWD/package/src:$PYTHONPATH"
+export PYTHONPATH="$PWD:$PWD/package/src${PYTHONPATH:+:$PYTHONPATH}"
 
 declare -A RESULT
 run_stage() {  # name, command...
