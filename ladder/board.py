@@ -3,18 +3,34 @@
 An idea's row shows its best record on the chosen device: the best promotable one (passed,
 clean, current code) by prod ratio, else the best passed one, else its latest record (so an
 idea whose only records are "incorrect" or "error" still shows up, with that status).
+
+The per-shape view (the plot, and ``shapes`` in the JSON) also draws on the idea's other
+records of the same code: a bench of ``--shapes prod`` and one of ``--shapes sweep`` are two
+records, and the plot shows both. Per shape name it takes the newest passed record with the
+best record's code_sha, device name and dirty flag (see :func:`shape_points`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+import statistics
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ladder import paths, records
 
-__all__ = ["Board", "BoardRow", "best_record", "build_board", "plot_board", "row_for"]
+__all__ = [
+    "Board",
+    "BoardRow",
+    "ShapePoint",
+    "best_record",
+    "board_figure",
+    "build_board",
+    "plot_board",
+    "row_for",
+    "shape_points",
+]
 
 
 @dataclass
@@ -47,17 +63,46 @@ class BoardRow:
 
 
 @dataclass
+class ShapePoint:
+    """One idea at one shape, from one passed record. Times are medians in ms (candidate and
+    fla, timed side by side in that record); bandwidths in TB/s are min_bytes / median time;
+    fractions are of the record's own copy ceiling (``copy_ceiling_TBps``, TB/s)."""
+
+    idea: str
+    shape: str
+    record_id: str
+    B: int
+    T: int
+    D: int
+    W: int
+    copy_ceiling_TBps: float
+    fwd_ms: float
+    fla_fwd_ms: float
+    bwd_ms: float
+    fla_bwd_ms: float
+    fwd_TBps: float
+    fla_fwd_TBps: float
+    bwd_TBps: float
+    fla_bwd_TBps: float
+    fwd_fraction_of_copy: float
+    bwd_fraction_of_copy: float
+
+
+@dataclass
 class Board:
-    """The board of a family on ``device`` (a name substring; "" = every device)."""
+    """The board of a family on ``device`` (a name substring; "" = every device). ``shapes``
+    holds every idea's :class:`ShapePoint` list (ideas in row order)."""
 
     family: str
     device: str
     rows: list[BoardRow]
     winner: records.Winner | None
     no_winner: str | None
+    shapes: list[ShapePoint] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict: family, device, rows, winner (or null) and no_winner (reason)."""
+        """A JSON-ready dict: family, device, rows, shapes (per idea and shape), winner (or
+        null) and no_winner (reason)."""
         win = None
         if self.winner is not None:
             win = {
@@ -70,6 +115,7 @@ class Board:
             "family": self.family,
             "device": self.device,
             "rows": [asdict(r) for r in self.rows],
+            "shapes": [asdict(p) for p in self.shapes],
             "winner": win,
             "no_winner": self.no_winner,
         }
@@ -137,6 +183,56 @@ def row_for(folder: str, recs: list[dict], is_current: Any) -> BoardRow:
     return row
 
 
+def _tbps(min_bytes: int, ms: float) -> float:
+    return min_bytes / (ms * 1e-3) / 1e12
+
+
+def shape_points(folder: str, recs: list[dict], best: dict | None) -> list[ShapePoint]:
+    """The per-shape view of one idea: for each shape name, the entry of the newest passed
+    record (``recs`` oldest first) whose code_sha, device name and dirty flag equal
+    ``best``'s (so a clean best record is never joined by a dirty bench of the same code).
+    Shapes come in order of first appearance over those records, oldest first. Empty when
+    ``best`` is None or not passed."""
+    if best is None or best["status"] != "passed":
+        return []
+    chosen: dict[str, tuple[dict, dict]] = {}
+    for rec in recs:
+        if (
+            rec["status"] == "passed"
+            and rec["code_sha"] == best["code_sha"]
+            and rec["device"]["name"] == best["device"]["name"]
+            and rec["dirty"] == best["dirty"]
+        ):
+            for s in rec["shapes"]:
+                chosen[s["name"]] = (rec, s)  # a newer record replaces the entry in place
+    out = []
+    for name, (rec, s) in chosen.items():
+        fwd, bwd = s["fwd"], s["bwd"]
+        out.append(
+            ShapePoint(
+                idea=folder,
+                shape=name,
+                record_id=rec["record_id"],
+                B=s["B"],
+                T=s["T"],
+                D=s["D"],
+                W=s["W"],
+                copy_ceiling_TBps=rec["copy_ceiling_TBps"],
+                fwd_ms=fwd["candidate_ms"]["median"],
+                fla_fwd_ms=fwd["baseline_ms"]["median"],
+                bwd_ms=bwd["candidate_ms"]["median"],
+                fla_bwd_ms=bwd["baseline_ms"]["median"],
+                fwd_TBps=_tbps(fwd["min_bytes"], fwd["candidate_ms"]["median"]),
+                fla_fwd_TBps=_tbps(fwd["min_bytes"], fwd["baseline_ms"]["median"]),
+                bwd_TBps=_tbps(bwd["min_bytes"], bwd["candidate_ms"]["median"]),
+                fla_bwd_TBps=_tbps(bwd["min_bytes"], bwd["baseline_ms"]["median"]),
+                fwd_fraction_of_copy=fwd["fraction_of_copy"],
+                bwd_fraction_of_copy=bwd["fraction_of_copy"],
+            )
+        )
+    return out
+
+
 def build_board(family: str, root: Path | None = None, *, device: str | None = None) -> Board:
     """Rows for every idea folder of the family (records whose device name contains
     ``device``, case-insensitive; default the family's TARGET_DEVICE, "" for all), and the
@@ -149,14 +245,17 @@ def build_board(family: str, root: Path | None = None, *, device: str | None = N
     def is_current(rec: dict) -> bool:
         return rec["code_sha"] == code_of(Path(rec["_path"]).parent.parent.name)
 
-    rows = []
+    rows, points = [], []
     for folder in paths.list_ideas(family, root):
         recs = [
             r
             for r in records.load_idea_records(fdir / "ideas" / folder)
             if dev.lower() in r["device"]["name"].lower()
         ]
-        rows.append(row_for(folder, recs, is_current))
+        row = row_for(folder, recs, is_current)
+        rows.append(row)
+        best = next((r for r in recs if r["record_id"] == row.record_id), None)
+        points.extend(shape_points(folder, recs, best))
     win, reason = None, None
     try:
         win = records.winner(family, root, device=dev, code_sha_of=code_of)
@@ -166,7 +265,7 @@ def build_board(family: str, root: Path | None = None, *, device: str | None = N
         for row in rows:
             if row.idea == win.idea and row.record_id == win.record["record_id"]:
                 row.winner = True
-    return Board(family=family, device=dev, rows=rows, winner=win, no_winner=reason)
+    return Board(family=family, device=dev, rows=rows, winner=win, no_winner=reason, shapes=points)
 
 
 def _fmt(v: float | None, spec: str) -> str:
@@ -231,69 +330,117 @@ def render_board(board: Board, console: Any) -> None:
         console.print(f"no winner: {board.no_winner}")
 
 
-def plot_board(board: Board, path: Path, root: Path | None = None) -> Path:
-    """Achieved bandwidth (min_bytes / candidate median, TB/s) per shape, fwd and bwd, one
-    bar per idea (its board record, if passed) plus fla (the median of the baseline over those
-    records), against the copy ceiling (median over those records). Written with
-    matplotlib's Agg backend to ``path`` (format from the suffix). Raises LadderError when no
-    idea has a passed record to plot."""
+def board_figure(board: Board) -> Any:
+    """A matplotlib Figure of ``board.shapes``: one panel per direction (fwd, bwd), one group
+    of bars per shape name ("prod" first, then in order of first appearance), one bar per idea
+    (achieved TB/s = min_bytes / candidate median, labelled with its percentage of its
+    record's copy ceiling) plus fla (the median over the ideas' baselines at that shape). A
+    segment over each bar marks the copy ceiling of the record the bar comes from (for fla,
+    the median of that shape's ceilings, which fla's percentage is of). Raises LadderError
+    when there is nothing to plot."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fdir = paths.family_dir(board.family, root)
-    recs: list[tuple[str, dict]] = []
-    for row in board.rows:
-        if row.status != "passed" or row.record_id is None:
-            continue
-        rpath = fdir / "ideas" / row.idea / "records" / f"{row.record_id}.json"
-        recs.append((row.idea, records.read_record(rpath)))
-    if not recs:
+    if not board.shapes:
         raise paths.LadderError(
             f"no passed {board.family} records on {board.device or 'any device'} to plot; "
             f"bench an idea first"
         )
-    shape_names: list[str] = []
-    for _, rec in recs:
-        for s in rec["shapes"]:
-            if s["name"] not in shape_names:
-                shape_names.append(s["name"])
-    ceilings = sorted(rec["copy_ceiling_TBps"] for _, rec in recs)
-    ceiling = ceilings[len(ceilings) // 2]
-    series = [idea for idea, _ in recs] + ["fla"]
-    fig, axes = plt.subplots(2, 1, figsize=(max(6.0, 1.3 * len(shape_names) + 3), 7.5))
-    width = 0.8 / len(series)
+    names: list[str] = []
+    for p in board.shapes:
+        if p.shape not in names:
+            names.append(p.shape)
+    if "prod" in names:
+        names.remove("prod")
+        names.insert(0, "prod")
+    ideas: list[str] = []
+    for p in board.shapes:
+        if p.idea not in ideas:
+            ideas.append(p.idea)
+    at = {(p.idea, p.shape): p for p in board.shapes}
+    first = {n: next(p for p in board.shapes if p.shape == n) for n in names}
+    ticks = [f"{n}\nB{first[n].B} T{first[n].T} D{first[n].D} W{first[n].W}" for n in names]
+    ceilings = [p.copy_ceiling_TBps for p in board.shapes]
+    lo, hi = min(ceilings), max(ceilings)
+    span = f"{lo:.2f} TB/s" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}-{hi:.2f} TB/s"
+    series = [*ideas, "fla"]
+    width = 0.84 / len(series)
+
+    def x_of(k: int, j: int) -> float:
+        return k + (j - (len(series) - 1) / 2) * width
+
+    fig, axes = plt.subplots(
+        2, 1, figsize=(max(7.0, 1.45 * len(names) + 2.5), 8.5), layout="constrained"
+    )
     for ax, direction in zip(axes, ("fwd", "bwd"), strict=True):
-        top = ceiling
-        fla: dict[str, list[float]] = {n: [] for n in shape_names}
-        for j, (idea, rec) in enumerate(recs):
-            xs, ys = [], []
-            for s in rec["shapes"]:
-                t = s.get(direction)
-                if not t:
-                    continue
-                k = shape_names.index(s["name"])
-                xs.append(k + (j - (len(series) - 1) / 2) * width)
-                ys.append(t["min_bytes"] / (t["candidate_ms"]["median"] * 1e-3) / 1e12)
-                fla[s["name"]].append(t["min_bytes"] / (t["baseline_ms"]["median"] * 1e-3) / 1e12)
-            ax.bar(xs, ys, width=width, label=idea)
+        top, seg_y, seg_x0, seg_x1 = 0.0, [], [], []
+        for j, idea in enumerate(ideas):
+            pts = [(k, at[idea, n]) for k, n in enumerate(names) if (idea, n) in at]
+            xs = [x_of(k, j) for k, _ in pts]
+            ys = [getattr(p, f"{direction}_TBps") for _, p in pts]
+            bars = ax.bar(xs, ys, width=width, label=idea)
+            ax.bar_label(
+                bars,
+                [f"{100 * getattr(p, f'{direction}_fraction_of_copy'):.0f}%" for _, p in pts],
+                fontsize=6.5,
+                padding=1,
+            )
+            for x, (_, p) in zip(xs, pts, strict=True):
+                seg_y.append(p.copy_ceiling_TBps)
+                seg_x0.append(x - width / 2)
+                seg_x1.append(x + width / 2)
             top = max([top, *ys])
+        fx, fy = [], []
         jf = len(series) - 1
-        fx = [k + (jf - (len(series) - 1) / 2) * width for k, n in enumerate(shape_names) if fla[n]]
-        fy = [sorted(fla[n])[len(fla[n]) // 2] for n in shape_names if fla[n]]
-        ax.bar(fx, fy, width=width, label="fla", color="0.6")
-        ax.axhline(
-            ceiling, color="k", linestyle="--", linewidth=1, label=f"copy {ceiling:.2f} TB/s"
+        for k, n in enumerate(names):
+            here = [at[i, n] for i in ideas if (i, n) in at]
+            fx.append(x_of(k, jf))
+            fy.append(statistics.median(getattr(p, f"fla_{direction}_TBps") for p in here))
+            seg_y.append(statistics.median(p.copy_ceiling_TBps for p in here))
+            seg_x0.append(fx[-1] - width / 2)
+            seg_x1.append(fx[-1] + width / 2)
+        fbars = ax.bar(fx, fy, width=width, label="fla", color="0.6")
+        fceil = seg_y[-len(names) :]
+        ax.bar_label(
+            fbars,
+            [f"{100 * y / c:.0f}%" for y, c in zip(fy, fceil, strict=True)],
+            fontsize=6.5,
+            padding=1,
         )
-        ax.set_ylim(0, 1.3 * max([top, *fy]))
-        ax.set_xticks(range(len(shape_names)), shape_names, rotation=20, fontsize=8)
+        ax.hlines(
+            seg_y,
+            seg_x0,
+            seg_x1,
+            colors="k",
+            linewidth=1.5,
+            label=f"copy ceiling of each bar's record ({span})",
+        )
+        ax.set_ylim(0, 1.12 * max([top, *fy, *seg_y]))
+        ax.set_xlim(-0.5, len(names) - 0.5)
+        ax.set_xticks(range(len(names)), ticks, fontsize=8)
         ax.set_ylabel(f"{direction} TB/s (min bytes / time)")
-        ax.set_title(f"{board.family} {direction} on {board.device or 'any device'}")
-        ax.legend(fontsize=7, ncol=min(4, len(series) + 1), loc="upper right")
-    fig.tight_layout()
+        ax.set_title(
+            f"{board.family} {direction} on {board.device or 'any device'}: achieved bandwidth, "
+            f"% of copy ceiling on the bars",
+            fontsize=10,
+        )
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside upper center", ncol=len(labels), fontsize=8)
+    return fig
+
+
+def plot_board(board: Board, path: Path, root: Path | None = None) -> Path:
+    """Write :func:`board_figure` with matplotlib's Agg backend to ``path`` (format from the
+    suffix; parent folders created) and return the path. ``root`` is accepted for callers
+    that pass the family root; the data comes from ``board.shapes``. Raises LadderError when
+    no idea has a passed record to plot."""
+    import matplotlib.pyplot as plt
+
+    fig = board_figure(board)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
