@@ -2000,3 +2000,27 @@ def write_outputs(repo: Path, spec: FamilySpec, outputs: Mapping[str, bytes]) ->
             raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def code_sha_lookup(
+    repo: Path, commit: str, spec: FamilySpec, only: str | None = None
+) -> Callable[[str], str]:
+    """``code_sha_of(folder)`` for ``ladder.records.winner``: the idea folder's code_sha at
+    ``commit`` (cached), "" for a folder that cannot be hashed, or that is not ``only``."""
+    from ladder.codehash import CodeHashError, code_sha, idea_files_at_commit
+
+    cache: dict[str, str] = {}
+
+    def code_sha_of(folder: str) -> str:
+        if only is not None and folder != only:
+            return ""
+        if folder not in cache:
+            try:
+                cache[folder] = code_sha(
+                    idea_files_at_commit(repo, commit, f"{spec.ideas_dir}/{folder}")
+                )
+            except CodeHashError:
+                cache[folder] = ""
+        return cache[folder]
+
+    return code_sha_of

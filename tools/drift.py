@@ -172,22 +172,10 @@ def check_family(repo: Path, head: str, family: str) -> FamilyReport:
 
 def _winner_note(repo: Path, head: str, spec: vl.FamilySpec, record: dict[str, str]) -> str:
     """'' when the vendored record is still the family's winner at HEAD, else why not."""
-    from ladder.codehash import CodeHashError, code_sha, idea_files_at_commit
     from ladder.paths import LadderError
     from ladder.records import NoWinner, winner
 
-    cache: dict[str, str] = {}
-
-    def code_sha_of(folder: str) -> str:
-        if folder not in cache:
-            try:
-                cache[folder] = code_sha(
-                    idea_files_at_commit(repo, head, f"{spec.ideas_dir}/{folder}")
-                )
-            except CodeHashError:
-                cache[folder] = ""
-        return cache[folder]
-
+    code_sha_of = vl.code_sha_lookup(repo, head, spec)
     try:
         won = winner(spec.family, repo, device=spec.target_device, code_sha_of=code_sha_of)
     except NoWinner as exc:

@@ -38,7 +38,6 @@ def select_record(
 ) -> tuple[str, str]:
     """(idea folder, record_id) to vendor: the record given, else the winner (of ``idea``
     when given) with code_sha compared at ``commit``. Raises VendorError."""
-    from ladder.codehash import CodeHashError, code_sha, idea_files_at_commit
     from ladder.paths import LadderError
     from ladder.records import NoWinner, load_records, winner
 
@@ -58,18 +57,7 @@ def select_record(
             )
         return matches[0], record_id
 
-    cache: dict[str, str] = {}
-
-    def code_sha_of(folder: str) -> str:
-        if idea is not None and folder != idea:
-            return ""  # only the chosen idea competes
-        if folder not in cache:
-            try:
-                files = idea_files_at_commit(repo, commit, f"{spec.ideas_dir}/{folder}")
-                cache[folder] = code_sha(files)
-            except CodeHashError:
-                cache[folder] = ""
-        return cache[folder]
+    code_sha_of = vl.code_sha_lookup(repo, commit, spec, only=idea)  # only `idea` competes
 
     try:
         won = winner(spec.family, repo, device=spec.target_device, code_sha_of=code_sha_of)
