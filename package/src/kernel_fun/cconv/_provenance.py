@@ -28,5 +28,5 @@ OUTPUT_FILES = {
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "7f72afe87703df56ca67a230485b2eeac3988fc8e83f4a523e636e913aa531d9",
+    "tool_sha256": "911eeefd5a5e4f52f0c7d956402abe7e0cf85e869aa5828fdc389e559a4bc05f",
 }
