@@ -1,6 +1,6 @@
 """``ladder bench``: time an idea against fla on the GPU and write one bench record.
 
-How it measures (DESIGN.md "Bench records"):
+How it measures (docs/DESIGN.md "Bench records"):
 
 1. Correctness first, every shape: fresh random inputs, the fp64 oracle, fla's error, the
    candidate on NaN-poisoned memory (ladder.check). Compilation and autotuning of both sides

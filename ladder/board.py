@@ -291,7 +291,7 @@ def render_board(board: Board, console: Any) -> None:
         ("prod x", "right"),
         ("fwd %copy", "right"),
         ("bwd %copy", "right"),
-        ("err ratio", "right"),
+        ("max err ratio", "right"),
         ("device", "left"),
         ("date", "left"),
         ("code unchanged since", "left"),

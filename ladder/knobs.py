@@ -1,7 +1,7 @@
 """Environment knobs of an idea: find them, refuse every other environment read, convert values.
 
 A knob is a module-level ALL-CAPS name assigned once from a literal-key environment read
-(DESIGN.md "Ideas and knobs"):
+(docs/DESIGN.md "Ideas and knobs"):
 
     TARGET_PROGRAMS = int(os.environ.get("CCONV_TARGET_PROGRAMS", "2048"))     # int
     SCALE = float(os.getenv("CCONV_SCALE", "0.5"))                             # float

@@ -1,7 +1,7 @@
 """Bench records: schema, validation, append-only writing, loading, and the winner.
 
-A record is one JSON file ``ideas/NNN-slug/records/<record_id>.json`` (DESIGN.md "Bench
-records", schema_version 1). Fields beyond DESIGN.md's list:
+A record is one JSON file ``ideas/NNN-slug/records/<record_id>.json`` (docs/DESIGN.md "Bench
+records", schema_version 1). Fields beyond docs/DESIGN.md's list:
 
     commit_source   "git" | "env" | "none": where commit and dirty came from
     error           the exception message of an "error" record, else null

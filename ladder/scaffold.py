@@ -18,12 +18,12 @@ def _kernel_py(family: str, folder: str, entry_points: tuple[str, ...], args: di
         f'"""{family}/{folder[:3]} {folder[4:]}: <one line: what this idea changes>.',
         "",
         f"Exports the {family} entry points (ladder/kernels/{family}/family.py). Env knobs, if",
-        'any, are module-level constants read once (DESIGN.md "Ideas and knobs").',
+        'any, are module-level constants read once (docs/DESIGN.md "Ideas and knobs").',
         '"""',
         "",
         "from __future__ import annotations",
         "",
-        f"__all__ = [{', '.join(repr(e) for e in entry_points)}]",
+        "__all__ = [" + ", ".join(f'"{e}"' for e in entry_points) + "]",
     ]
     for ep in entry_points:
         params = ", ".join(args.get(ep, ("*args",)))

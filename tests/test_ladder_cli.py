@@ -150,12 +150,25 @@ def test_new_scaffolds_the_next_number(tmp_path: Path) -> None:
         mod.toy_fwd(None, None)
     with pytest.raises(NotImplementedError, match="toy_bwd"):
         mod.toy_bwd(None, None, None)
-    lint = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "--no-cache", str(dest / "kernel.py")],
-        capture_output=True,
-        text=True,
-    )
-    assert lint.returncode == 0, lint.stdout
+    # a scaffold must pass the repository's lint as it is (CI runs `make lint`)
+    for cmd in (["check"], ["format", "--check"]):
+        lint = subprocess.run(
+            [sys.executable, "-m", "ruff", *cmd, "--no-cache", str(dest / "kernel.py")],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+        )
+        assert lint.returncode == 0, lint.stdout
+
+
+def test_check_of_a_fresh_scaffold_says_so_in_one_line(tmp_path: Path, interpret_env) -> None:
+    root = copy_toy(tmp_path)
+    assert run("new", "toy", "two-pass", root=root).exit_code == 0
+    result = run("check", "toy", "4", "--interpret", root=root)
+    assert result.exit_code == 1, result.output
+    assert "not written yet" in result.stdout and "nothing checked" in result.stdout
+    assert "nan" not in result.stdout.lower()
+    assert len(result.stdout.strip().splitlines()) <= 4, result.stdout
 
 
 def test_new_for_cconv_uses_its_entry_points(tmp_path: Path) -> None:
