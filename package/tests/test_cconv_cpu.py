@@ -61,6 +61,10 @@ def test_signature_matches_fla_exactly():
         ({"backend": "mix"}, "backend"),
         ({"seq_idx": torch.zeros(2, 8)}, "seq_idx"),
         ({"some_future_flag": 1}, "some_future_flag"),
+        ({"output_final_state": torch.tensor([True, False])}, "output_final_state"),
+        ({"output_final_state": 1}, "output_final_state"),
+        ({"activation": ["silu"]}, "activation"),
+        ({"backend": torch.tensor([1, 2])}, "backend"),
     ],
 )
 def test_each_unsupported_flag_has_its_reason(kwargs, needle):
@@ -165,3 +169,15 @@ def test_warmup_without_gpu_does_nothing():
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU; warmup is checked in test_cconv_gpu.py")
     assert warmup(64) == 0
+
+
+def test_gate_never_raises(monkeypatch):
+    """Whatever the gate trips over, the call is classified as fla's, not an error."""
+
+    def boom(*a, **k):
+        raise RuntimeError("probe failed")
+
+    monkeypatch.setattr(ops.support, "triton_unsupported_reason", boom)
+    x, w = _inputs()
+    ok, reason = is_supported(x, w, activation="silu")
+    assert not ok and "cannot classify" in reason and "probe failed" in reason

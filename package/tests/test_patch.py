@@ -351,3 +351,10 @@ def test_function_local_import_layout_is_routed_too(monkeypatch):
         y1, _, _, calls1 = _run_recording_calls(layer, x)
     assert not _entered_kernel_fun(calls0) and _entered_kernel_fun(calls1)
     assert torch.equal(y0, y1)
+
+
+@pytest.mark.parametrize("bad", [123, b"cconv", None.__class__])
+def test_non_name_families_are_a_type_error(_clean_state, bad):
+    with pytest.raises(TypeError, match="families must be a family name"):
+        patch_fla(bad)
+    assert not is_patched("cconv")

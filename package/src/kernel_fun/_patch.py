@@ -138,7 +138,15 @@ def _families(families: str | Iterable[str] | None) -> tuple[str, ...]:
     """Normalize a family argument (one name or several) and reject unknown names."""
     if families is None:
         return KNOWN_FAMILIES
-    names = (families,) if isinstance(families, str) else tuple(families)
+    if isinstance(families, str):
+        names: tuple = (families,)
+    elif isinstance(families, (bytes, bytearray)) or not isinstance(families, Iterable):
+        raise TypeError(
+            f"families must be a family name or an iterable of names (known: "
+            f"{', '.join(KNOWN_FAMILIES)}), got {type(families).__name__}"
+        )
+    else:
+        names = tuple(families)
     for name in names:
         if name not in KNOWN_FAMILIES:
             raise ValueError(

@@ -91,7 +91,22 @@ def _unsupported_reason(
     options: dict[str, Any],
     kwargs: dict[str, Any],
 ) -> str | None:
-    """None when our kernels take this call, else why not (one line)."""
+    """None when our kernels take this call, else why not (one line). Never raises: an
+    argument the gate cannot even classify is a reason to hand the call to fla."""
+    try:
+        return _classify(x, weight, activation, backend, options, kwargs)
+    except Exception as exc:  # e.g. an array where a flag was expected: fla decides
+        return f"arguments kernel-fun cannot classify ({type(exc).__name__}: {exc})"
+
+
+def _classify(
+    x: Any,
+    weight: Any,
+    activation: Any,
+    backend: Any,
+    options: dict[str, Any],
+    kwargs: dict[str, Any],
+) -> str | None:
     if support.disabled(FAMILY):
         return "disabled by KERNEL_FUN_DISABLE / KERNEL_FUN_CCONV_DISABLE"
     if kwargs:
@@ -99,13 +114,13 @@ def _unsupported_reason(
     for name, default in _DEFAULT_ONLY.items():
         value = options[name]
         if name == "output_final_state":
-            if value not in (False, None):
-                return "output_final_state=True is not supported"
+            if not (value is False or value is None):
+                return f"output_final_state={value!r} is not supported (only False)"
         elif value is not default:
             return f"{name} is not supported (only {name}=None)"
-    if activation not in SUPPORTED_ACTIVATIONS:
+    if not isinstance(activation, str) or activation not in SUPPORTED_ACTIVATIONS:
         return f"activation={activation!r} is not supported (only 'silu'/'swish')"
-    if backend != "triton":
+    if not isinstance(backend, str) or backend != "triton":
         return f"backend={backend!r} is not supported (only 'triton')"
     if not isinstance(x, torch.Tensor) or not isinstance(weight, torch.Tensor):
         return "x and weight must both be tensors"
