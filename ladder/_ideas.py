@@ -26,9 +26,9 @@ from types import ModuleType
 
 __all__ = ["IdeaFinder", "bind_family", "install"]
 
-_IDEA_PKG = re.compile(r"^ladder\.kernels\.([a-z][a-z0-9_]*)\.ideas\.i(\d{3})$")
-_FAMILY_PKG = re.compile(r"^ladder\.kernels\.([a-z][a-z0-9_]*)$")
-_FOLDER = re.compile(r"^\d{3}-[a-z0-9]+(?:-[a-z0-9]+)*$")
+_IDEA_PKG = re.compile(r"^ladder\.kernels\.([a-z][a-z0-9_]*)\.ideas\.i([0-9]{3})\Z")
+_FAMILY_PKG = re.compile(r"^ladder\.kernels\.([a-z][a-z0-9_]*)\Z")
+_FOLDER = re.compile(r"^[0-9]{3}-[a-z0-9]+(?:-[a-z0-9]+)*\Z")
 
 # family name -> folder, for families that do not live in this checkout's ladder/kernels.
 _BOUND: dict[str, Path] = {}

@@ -39,7 +39,7 @@ from typing import Any
 from ladder import codehash, paths, records, timing
 from ladder.check import check_shape
 from ladder.paths import LadderError, NoGpu
-from ladder.prepare import PreparedIdea, prepare_idea, related_ideas
+from ladder.prepare import PreparedIdea, check_seed, prepare_idea, related_ideas
 
 __all__ = [
     "BenchOptions",
@@ -476,12 +476,14 @@ def run_bench(
     runtime: the machine (default :class:`GpuRuntime`; tests pass a stand-in with the same
     methods). progress(description, advance, total) is called as work proceeds; log(text)
     receives the traceback of a failed measurement. Raises UnknownFamily, UnknownIdea,
-    BadIdea, LadderError (knobs, git state, options) or NoGpu before anything is measured;
-    KeyboardInterrupt and other BaseExceptions propagate and leave no record.
+    BadIdea, LadderError (knobs, git state, options, a seed outside [0, 2**63)), NoGpu or
+    RecordError (the output folder is a file or cannot be written) before anything is
+    measured; KeyboardInterrupt and other BaseExceptions propagate and leave no record.
     """
     rt = runtime if runtime is not None else GpuRuntime()
     if opts.rounds < 1 or opts.reps < 1:
         raise LadderError("--rounds and --reps must be at least 1")
+    check_seed(opts.seed)
     fam = paths.load_family(opts.family, opts.root)
     shapes = select_shapes(fam, opts.shapes, BENCH_SHAPE_SETS)
     prepared: PreparedIdea = prepare_idea(opts.family, opts.idea, opts.knobs, opts.root, load=False)
@@ -493,10 +495,13 @@ def run_bench(
             f"--interpret`"
         )
     git = git_state(opts.root or paths.repo_root(), allow_dirty=opts.allow_dirty)
+    idea_dir = prepared.idea_dir
+    # The folder the record goes to must be writable now, not after minutes of measuring.
+    out_dir = records.ensure_records_dir(
+        Path(opts.out) if opts.out is not None else idea_dir / "records"
+    )
     prepared = prepare_idea(opts.family, prepared.folder, opts.knobs, opts.root, load=True)
     assert prepared.module is not None
-    idea_dir = prepared.idea_dir
-    out_dir = Path(opts.out) if opts.out is not None else idea_dir / "records"
     csha = codehash.code_sha(codehash.idea_files_from_dir(idea_dir))
     # Read (and validate) the idea's records now, not after minutes of measuring.
     unchanged_since = records.code_unchanged_since(idea_dir, csha, "")

@@ -28,6 +28,8 @@ __all__ = [
     "board_figure",
     "build_board",
     "plot_board",
+    "plot_formats",
+    "plot_path",
     "row_for",
     "shape_points",
 ]
@@ -431,16 +433,67 @@ def board_figure(board: Board) -> Any:
     return fig
 
 
+def plot_formats() -> list[str]:
+    """The file suffixes (without the dot, lower case) the plot can be written as: the
+    formats of matplotlib's Agg canvas (png, svg, pdf, ...)."""
+    from matplotlib.figure import Figure
+
+    return sorted(Figure().canvas.get_supported_filetypes())
+
+
+def plot_path(path: Path) -> Path:
+    """The file :func:`plot_board` writes for ``path``: ``path`` itself when its suffix is a
+    format from :func:`plot_formats`, ``path`` + ``.png`` when it has no suffix. Creates
+    nothing. Raises LadderError (one line) for another suffix, a folder, or a parent that
+    is a file."""
+    path = Path(path)
+    if path.is_dir():
+        raise paths.LadderError(f"--plot {path} is a folder; pass a file name, e.g. board.png")
+    if not path.suffix:
+        path = path.with_name(path.name + ".png")
+    fmt = path.suffix[1:].lower()
+    formats = plot_formats()
+    if fmt not in formats:
+        raise paths.LadderError(
+            f"--plot {path}: cannot write a {path.suffix!r} file; end the name in one of "
+            f".png, .svg, .pdf (or {', '.join('.' + f for f in formats if f not in _COMMON)})"
+        )
+    if path.is_dir():
+        raise paths.LadderError(f"--plot {path} is a folder; pass a file name, e.g. board.png")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise paths.LadderError(
+                    f"--plot {path}: {parent} is a file, not a folder; pick another path"
+                )
+            break
+    return path
+
+
+_COMMON = ("png", "svg", "pdf")
+
+
 def plot_board(board: Board, path: Path, root: Path | None = None) -> Path:
-    """Write :func:`board_figure` with matplotlib's Agg backend to ``path`` (format from the
-    suffix; parent folders created) and return the path. ``root`` is accepted for callers
-    that pass the family root; the data comes from ``board.shapes``. Raises LadderError when
-    no idea has a passed record to plot."""
+    """Write :func:`board_figure` with matplotlib's Agg backend to :func:`plot_path` of
+    ``path`` (format from the suffix, ``.png`` added when there is none; parent folders
+    created) and return the path written. ``root`` is accepted for callers that pass the
+    family root; the data comes from ``board.shapes``. Raises LadderError (one line) when no
+    idea has a passed record to plot, for a suffix that is not a plot format, or when the
+    file cannot be written."""
     import matplotlib.pyplot as plt
 
+    path = plot_path(path)
     fig = board_figure(board)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=110, format=path.suffix[1:].lower())
+    except OSError as exc:
+        raise paths.LadderError(
+            f"--plot {path}: cannot write it: {exc.strerror or type(exc).__name__}"
+        ) from None
+    except (RuntimeError, ValueError) as exc:  # a format whose writer is missing (pgf: LaTeX)
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise paths.LadderError(f"--plot {path}: matplotlib cannot write it: {reason}") from None
+    finally:
+        plt.close(fig)
     return path

@@ -4,6 +4,10 @@ Usage errors (unknown family or idea, an idea without its entry points, a --knob
 never reads, no GPU for a GPU command, a dirty tree) print one line on stderr saying what is
 wrong and which command fixes it, and exit 2. ``check`` and ``bench`` exit 1 when the idea
 is incorrect (or the bench errored); ``winner`` exits 1 when there is no winner.
+
+``check --interpret`` refuses idea 000 (the family's baseline benched as an idea: for
+cconv, fla's autotuned kernels) unless the family sets ``BASELINE_ON_INTERPRETER = True``;
+the interpreter never runs the baseline.
 """
 
 from __future__ import annotations
@@ -158,7 +162,7 @@ def check(
     seed: Annotated[int | None, typer.Option(help="Input seed (default: fresh).")] = None,
 ) -> None:
     """Correctness only: candidate vs the fp64 oracle, against fla's own error."""
-    from ladder.prepare import prepare_idea
+    from ladder.prepare import check_seed, prepare_idea
 
     root = _root(ctx)
     knobs = list(knob or [])
@@ -166,6 +170,7 @@ def check(
     folder = prepare_idea(family, idea, knobs, root, load=False).folder
     if shapes is not None and shapes not in CHECK_SHAPE_SETS:
         raise LadderError(f"--shapes {shapes!r} is not one of {', '.join(CHECK_SHAPE_SETS)}")
+    check_seed(seed)
     gpu = False if interpret else _gpu_available()
     seed = seed if seed is not None else secrets.randbits(30)
     out = _console()
@@ -179,6 +184,12 @@ def check(
             raise LadderError(
                 f"the CPU interpreter runs the small shapes only; drop --shapes {shapes}, or run "
                 f"`python -m ladder check {family} {folder} --shapes {shapes}` on the GPU machine"
+            )
+        if paths.idea_number(folder) == 0 and not getattr(fam, "BASELINE_ON_INTERPRETER", False):
+            raise NoGpu(
+                f"{folder} is {family}'s baseline benched as an idea, and the baseline cannot "
+                f"run on Triton's CPU interpreter (its kernels are autotuned); run "
+                f"`python -m ladder check {family} {folder}` on the GPU machine"
             )
         if os.environ.get("TRITON_INTERPRET") != "1":
             if not interpret:
@@ -385,13 +396,26 @@ def bench(
         MofNCompleteColumn(),
         TimeElapsedColumn(),
     )
-    with Progress(*columns, console=err, transient=True) as prog:
-        task = prog.add_task("preparing", total=None)
+    # The bar is drawn on a terminal only, and only once measuring starts: a usage error
+    # before that (or any error on a pipe) is then the only line on stderr.
+    prog = Progress(*columns, console=err, transient=True, disable=not err.is_terminal)
+    task = prog.add_task("preparing", total=None)
 
-        def progress(desc: str, advance: float, total: float) -> None:
-            prog.update(task, description=desc, advance=advance, total=total)
+    def progress(desc: str, advance: float, total: float) -> None:
+        if not prog.live.is_started:
+            prog.start()
+        prog.update(task, description=desc, advance=advance, total=total)
 
-        rec, path = run_bench(opts, progress=progress, log=lambda t: err.print(t, markup=False))
+    def log(text: str) -> None:
+        if prog.live.is_started:
+            prog.stop()
+        err.print(text, markup=False)
+
+    try:
+        rec, path = run_bench(opts, progress=progress, log=log)
+    finally:
+        if prog.live.is_started:
+            prog.stop()
     render_record(rec, con)
     con.print(f"record: {path}")
     if rec["status"] != "passed":
@@ -418,9 +442,11 @@ def board(
     ] = None,
 ) -> None:
     """Rank a family's ideas from their committed records (CPU only)."""
-    from ladder.board import build_board, plot_board, render_board
+    from ladder.board import build_board, plot_board, plot_path, render_board
 
     root = _root(ctx)
+    if plot is not None:
+        plot = plot_path(plot)  # a bad --plot fails before anything is printed
     b = build_board(family, root, device=device)
     if as_json:
         typer.echo(json.dumps(b.to_json(), indent=2))

@@ -39,8 +39,10 @@ __all__ = [
     "resolve_idea",
 ]
 
-IDEA_RE = re.compile(r"^(\d{3})-([a-z0-9]+(?:-[a-z0-9]+)*)$")
-FAMILY_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+# Anchored with \Z (``$`` would also accept a trailing newline) and ASCII digits only.
+IDEA_RE = re.compile(r"^([0-9]{3})-([a-z0-9]+(?:-[a-z0-9]+)*)\Z")
+FAMILY_RE = re.compile(r"^[a-z][a-z0-9_]*\Z")
+_NUMBER_RE = re.compile(r"[0-9]+")
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -135,7 +137,7 @@ def resolve_idea(family: str, ref: str, root: Path | None = None) -> str:
     ref = str(ref).strip()
     if ref in ideas:
         return ref
-    if ref.isdigit():
+    if _NUMBER_RE.fullmatch(ref):
         matches = [f for f in ideas if int(f[:3]) == int(ref)]
     else:
         matches = [f for f in ideas if f[4:] == ref]

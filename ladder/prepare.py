@@ -20,14 +20,32 @@ from ladder import codehash, knobs, paths
 from ladder.paths import LadderError
 
 __all__ = [
+    "SEED_LIMIT",
     "PreparedIdea",
+    "check_seed",
     "idea_knobs",
     "parse_knob_args",
     "prepare_idea",
     "related_ideas",
 ]
 
-_KEY_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
+_KEY_RE = re.compile(r"^[A-Z][A-Z0-9_]*\Z")
+
+# Seeds are drawn from [0, SEED_LIMIT). The commands derive a few seeds from one by adding
+# small offsets (shape index, timing set); torch generators take up to 2**64 - 1, so the
+# margin keeps every derived seed valid.
+SEED_LIMIT = 2**63
+
+
+def check_seed(seed: int | None) -> None:
+    """Refuse a ``--seed`` outside [0, 2**63) with a one-line LadderError, before anything
+    runs (an out-of-range seed would otherwise fail every shape and blame the idea). None
+    (draw a fresh seed) is accepted."""
+    if seed is not None and not 0 <= seed < SEED_LIMIT:
+        raise LadderError(
+            f"--seed {seed} is out of range; pass an integer from 0 to {SEED_LIMIT - 1}, or "
+            f"leave it out for a fresh one"
+        )
 
 
 def parse_knob_args(items: Sequence[str]) -> dict[str, str]:
@@ -52,7 +70,7 @@ def related_ideas(family: str, folder: str, root: Path | None = None) -> list[st
     """Idea folders of the same family that ``folder``'s code imports, transitively (by the
     ``ladder.kernels.<family>.ideas.i<NNN>`` names in its modules). Excludes ``folder``."""
     fdir = paths.family_dir(family, root)
-    pat = re.compile(rf"ladder\.kernels\.{re.escape(family)}\.ideas\.i(\d{{3}})")
+    pat = re.compile(rf"ladder\.kernels\.{re.escape(family)}\.ideas\.i([0-9]{{3}})")
     seen = {folder}
     todo = [folder]
     while todo:

@@ -40,6 +40,7 @@ __all__ = [
     "RecordError",
     "Winner",
     "code_unchanged_since",
+    "ensure_records_dir",
     "load_idea_records",
     "load_records",
     "current_code_sha_of",
@@ -55,9 +56,9 @@ STATUSES = ("passed", "incorrect", "error")
 VERSION_KEYS = ("torch", "triton", "fla", "cutlass", "cuda-python", "python", "kernel_fun")
 OUTPUT_ERR_KEYS = ("candidate_err", "baseline_err", "err_ratio")
 
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_HEX40 = re.compile(r"^[0-9a-f]{40}$")
-_RECORD_ID = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{6,64}(?:-\d+)?$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
+_HEX40 = re.compile(r"^[0-9a-f]{40}\Z")
+_RECORD_ID = re.compile(r"^[0-9]{8}T[0-9]{6}Z-[0-9a-f]{6,64}(?:-[0-9]+)?\Z")
 
 
 class RecordError(LadderError):
@@ -269,19 +270,34 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
+TEMP_PREFIX = ".rec-"
+TEMP_SUFFIX = ".tmp"
+
+
 def write_record(idea_dir: Path, rec: dict, *, records_dir: Path | None = None) -> Path:
     """Validate ``rec`` and create ``<records_dir>/<record_id>.json`` (default records_dir:
-    ``idea_dir/records``), never overwriting: the JSON goes to a temporary file in the same
-    folder, which is then hard-linked to the final name (fails if it exists) and removed.
+    ``idea_dir/records``, created if missing), never overwriting and never half-written.
 
-    Returns the path. Raises RecordError when the record is invalid or the file exists.
+    The JSON goes first to a hidden temporary file ``.rec-*.tmp`` in the same folder (same
+    file system, so the final step is atomic), which is then hard-linked to the final name
+    (fails if it exists) and removed. A process killed outright between the two steps can
+    leave that temporary file behind; the repository's .gitignore covers ``.rec-*.tmp`` so
+    it never dirties the tree, and nothing reads it (records are ``*.json``). On a file
+    system without hard links the temporary file is renamed onto the final name instead,
+    after checking that the name is free.
+
+    Returns the path. Raises RecordError (one line, naming the path) when the record is
+    invalid, the file exists, or the folder cannot be created or written.
     """
     validate_record(rec)
     out_dir = Path(records_dir) if records_dir is not None else Path(idea_dir) / "records"
-    out_dir.mkdir(parents=True, exist_ok=True)
     final = out_dir / f"{rec['record_id']}.json"
     text = json.dumps(_clean(rec), indent=2, sort_keys=False, allow_nan=False) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=".rec-", suffix=".tmp", dir=out_dir)
+    out_dir = ensure_records_dir(out_dir)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX, dir=out_dir)
+    except OSError as exc:
+        raise RecordError(f"cannot write a record in {out_dir}: {_os_reason(exc)}") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
@@ -294,12 +310,12 @@ def write_record(idea_dir: Path, rec: dict, *, records_dir: Path | None = None) 
                 f"{final} exists; records are never rewritten (bench again for a new record_id)"
             ) from None
         except OSError:
-            # A file system without hard links: exclusive create instead.
-            try:
-                with open(final, "x", encoding="utf-8") as fh:
-                    fh.write(text)
-            except FileExistsError:
+            # A file system without hard links: rename the complete file into place.
+            if os.path.lexists(final):
                 raise RecordError(f"{final} exists; records are never rewritten") from None
+            os.replace(tmp, final)
+    except OSError as exc:
+        raise RecordError(f"cannot write {final}: {_os_reason(exc)}") from None
     finally:
         try:
             os.unlink(tmp)
@@ -308,32 +324,65 @@ def write_record(idea_dir: Path, rec: dict, *, records_dir: Path | None = None) 
     return final
 
 
-def read_record(path: Path) -> dict:
-    """Read and validate one record file (adds ``_path``). Raises RecordError."""
+def _os_reason(exc: OSError) -> str:
+    return exc.strerror or type(exc).__name__
+
+
+def ensure_records_dir(path: Path) -> Path:
+    """Create ``path`` (and its parents) if missing and prove that a record can be written
+    there by creating and removing a temporary file. Returns the path.
+
+    Raises RecordError (one line) when ``path`` or a parent is a file, or the folder cannot
+    be created or written. ``ladder bench`` calls it before measuring, so a bad ``--out``
+    fails in a second, not after the whole run.
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise RecordError(f"{path} is a file, not a folder; pass a folder for the records")
     try:
-        rec = json.loads(path.read_text(encoding="utf-8"))
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX, dir=path)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        where = f"{path}" if exc.filename in (None, str(path)) else f"{path} ({exc.filename})"
+        raise RecordError(
+            f"cannot write records in {where}: {_os_reason(exc)}; pick a writable folder"
+        ) from None
+    return path
+
+
+def read_record(path: Path) -> dict:
+    """Read and validate one record file (adds ``_path``). Raises RecordError naming the
+    file: unreadable, not JSON, nested too deeply to parse, not a JSON object, or invalid."""
+    try:
+        rec = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise RecordError(f"{path}: not a readable JSON record: {exc}") from exc
-    if isinstance(rec, dict):
-        rec["_path"] = path
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise RecordError(f"{path}: not a readable JSON record: {reason}") from None
+    except RecursionError:
+        raise RecordError(f"{path}: not a readable JSON record: nested too deeply") from None
+    if not isinstance(rec, dict):
+        raise RecordError(f"{path}: expected a JSON object, got {type(rec).__name__}")
+    rec["_path"] = path
     validate_record(rec)
-    if rec["record_id"] != path.stem:
+    if rec["record_id"] != Path(path).stem:
         raise RecordError(f"{path}: record_id: {rec['record_id']!r} does not match the file name")
     return rec
 
 
 def load_idea_records(idea_dir: Path) -> list[dict]:
     """The validated records of one idea folder, oldest first (created, then record_id),
-    each with ``_path``. Raises RecordError on the first bad file."""
+    each with ``_path``. Raises RecordError on the first bad file, including a record whose
+    ``idea`` is not this folder's full name."""
     rdir = Path(idea_dir) / "records"
     if not rdir.is_dir():
         return []
+    folder = Path(idea_dir).name
     recs = [read_record(p) for p in sorted(rdir.glob("*.json"))]
     for rec in recs:
-        if rec["idea"][:3] != Path(idea_dir).name[:3]:
-            raise RecordError(
-                f"{rec['_path']}: idea: {rec['idea']!r} does not belong in {Path(idea_dir).name}"
-            )
+        if rec["idea"] != folder:
+            raise RecordError(f"{rec['_path']}: idea: {rec['idea']!r} does not belong in {folder}")
     return sorted(recs, key=_age_key)
 
 

@@ -10,7 +10,7 @@ from ladder.paths import LadderError
 
 __all__ = ["SLUG_RE", "new_idea"]
 
-SLUG_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+SLUG_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*\Z")  # \Z: no trailing newline
 
 
 def _kernel_py(family: str, folder: str, entry_points: tuple[str, ...], args: dict) -> str:

@@ -230,6 +230,46 @@ def test_usage_errors_come_before_any_measurement(root: Path) -> None:
     assert list(root.rglob("*.tmp")) == []
 
 
+class Untouchable(CpuRuntime):
+    """Fails the test if anything is measured."""
+
+    def measure(self, state):
+        raise AssertionError("measured although the options were bad")
+
+
+def test_unwritable_out_fails_before_measuring(root: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "taken.json"
+    blocker.write_text("keep")
+    for out, message in (
+        (blocker, "is a file, not a folder"),
+        (blocker / "records", "cannot write records in"),
+    ):
+        with pytest.raises(records.RecordError, match=message) as err:
+            bench.run_bench(_opts(root, "0", shapes="prod", out=out), runtime=Untouchable())
+        assert err.value.exit_code == 2 and "\n" not in str(err.value)
+    assert blocker.read_text() == "keep"
+    # a missing folder (and its parents) is created before measuring, and gets the record
+    deep = tmp_path / "a" / "b" / "c"
+    rec, path = bench.run_bench(_opts(root, "0", shapes="prod", out=deep), runtime=CpuRuntime())
+    assert path.parent == deep and records.read_record(path)["record_id"] == rec["record_id"]
+
+
+@pytest.mark.parametrize("seed", [-1, 2**63, 99999999999999999999999])
+def test_out_of_range_seed_is_refused_before_measuring(root: Path, seed: int) -> None:
+    out = root / "out"
+    with pytest.raises(paths.LadderError, match=f"--seed {seed} is out of range") as err:
+        bench.run_bench(_opts(root, "0", seed=seed, out=out), runtime=Untouchable())
+    assert err.value.exit_code == 2
+    assert _files(out) == []
+
+
+def test_largest_seed_is_usable(root: Path) -> None:
+    rec, _ = bench.run_bench(
+        _opts(root, "0", shapes="prod", seed=2**63 - 1, out=root / "out"), runtime=CpuRuntime()
+    )
+    assert rec["status"] == "passed" and rec["seed"] == 2**63 - 1
+
+
 def test_record_ids_get_a_suffix_when_taken() -> None:
     from datetime import datetime, timezone
 

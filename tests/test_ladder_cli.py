@@ -42,6 +42,30 @@ def no_gpu(monkeypatch):
 
 
 @pytest.fixture
+def fake_gpu(monkeypatch) -> list:
+    """A GPU that is never measured on: the states ``measure`` was called with."""
+    calls: list = []
+    monkeypatch.setattr(bench.GpuRuntime, "unavailable", lambda self: None)
+    monkeypatch.setattr(
+        bench.GpuRuntime,
+        "device_info",
+        lambda self: {"name": "NVIDIA H200", "capability": "9.0", "driver": "none"},
+    )
+    monkeypatch.setattr(bench.GpuRuntime, "clocks", lambda self: {})
+    monkeypatch.setattr(bench.GpuRuntime, "measure", lambda self, state: calls.append(state))
+    monkeypatch.setenv("LADDER_COMMIT", "c" * 40)
+    monkeypatch.setenv("LADDER_DIRTY", "0")
+    return calls
+
+
+def assert_only_line(result, *needles: str) -> str:
+    """A usage error whose message is the whole of stderr: no blank line before it."""
+    err = assert_usage_error(result, *needles)
+    assert result.stderr == err + "\n", repr(result.stderr)
+    return err
+
+
+@pytest.fixture
 def interpret_env(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     for key in ("TOY_FAST", "TOY_BLOCK"):
@@ -102,6 +126,56 @@ def test_bench_without_gpu(no_gpu) -> None:
     )
 
 
+def test_bench_error_is_the_only_line_on_stderr(no_gpu) -> None:
+    assert_only_line(run("bench", "toy", "0"), "needs a CUDA GPU")
+    assert_only_line(run("bench", "toy", "9"), "no idea '9'")
+
+
+def test_bench_into_a_file_fails_in_one_line_before_measuring(tmp_path: Path, fake_gpu) -> None:
+    root = copy_toy(tmp_path)
+    blocker = tmp_path / "taken.json"
+    blocker.write_text("keep")
+    assert_only_line(run("bench", "toy", "0", "--out", str(blocker), root=root), str(blocker))
+    assert_only_line(
+        run("bench", "toy", "0", "--out", str(blocker / "sub"), root=root),
+        "cannot write records in",
+    )
+    assert fake_gpu == [] and blocker.read_text() == "keep"
+
+
+@pytest.mark.parametrize("seed", ["-1", "9223372036854775808", "99999999999999999999999"])
+def test_out_of_range_seed_is_a_usage_error(
+    tmp_path: Path, seed: str, fake_gpu, interpret_env
+) -> None:
+    root = copy_toy(tmp_path, records=False)
+    assert_only_line(
+        run("bench", "toy", "0", "--seed", seed, root=root), f"--seed {seed} is out of range"
+    )
+    assert fake_gpu == []
+    assert not list(root.rglob("*.json"))
+    assert_usage_error(
+        run("check", "toy", "1", "--interpret", "--seed", seed), f"--seed {seed} is out of range"
+    )
+
+
+def test_check_refuses_the_baseline_idea_on_the_interpreter(tmp_path: Path, interpret_env) -> None:
+    # cconv's 000-fla is fla's autotuned kernels: they cannot run on the interpreter
+    assert_usage_error(
+        run("check", "cconv", "0", "--interpret", root=None),
+        "000-fla is cconv's baseline",
+        "`python -m ladder check cconv 000-fla` on the GPU machine",
+    )
+    # the toy family says its baseline runs there; without that flag, 000 is refused too
+    root = copy_toy(tmp_path, records=False)
+    fam = root / "kernels" / "toy" / "family.py"
+    text = fam.read_text()
+    assert "BASELINE_ON_INTERPRETER = True\n" in text
+    fam.write_text(text.replace("BASELINE_ON_INTERPRETER = True\n", ""))
+    assert_usage_error(run("check", "toy", "0", "--interpret", root=root), "toy's baseline")
+    ok = run("check", "toy", "1", "--interpret", "--no-strided", root=root)
+    assert ok.exit_code == 0, ok.output
+
+
 def test_bad_shape_sets(no_gpu) -> None:
     assert_usage_error(run("bench", "toy", "0", "--shapes", "small"), "--shapes 'small'")
     assert_usage_error(run("check", "toy", "0", "--shapes", "tiny"), "--shapes 'tiny'")
@@ -117,6 +191,13 @@ def test_new_refuses_bad_and_taken_slugs(tmp_path: Path) -> None:
     assert_usage_error(run("new", "toy", "Fast_Path", root=root), "not kebab-case")
     assert_usage_error(run("new", "toy", "fast", root=root), "taken by 001-fast")
     assert sorted(p.name for p in (root / "kernels/toy/ideas").iterdir())[-1] == "003-wrong-taps"
+
+
+def test_new_refuses_a_slug_ending_in_a_newline(tmp_path: Path) -> None:
+    root = copy_toy(tmp_path)
+    before = sorted(p.name for p in (root / "kernels/toy/ideas").iterdir())
+    assert_usage_error(run("new", "toy", "nl\n", root=root), "not kebab-case")
+    assert sorted(p.name for p in (root / "kernels/toy/ideas").iterdir()) == before
 
 
 def test_broken_record_is_named(tmp_path: Path) -> None:
@@ -321,6 +402,32 @@ def test_board_plot(tmp_path: Path) -> None:
     assert_usage_error(
         run("board", "toy", "--plot", str(tmp_path / "x.png"), root=empty), "no passed toy records"
     )
+
+
+def test_board_plot_bad_paths_are_one_line_errors(tmp_path: Path) -> None:
+    xyz = tmp_path / "board.xyz"
+    err = assert_usage_error(run("board", "toy", "--json", "--plot", str(xyz)), "'.xyz'")
+    assert ".png, .svg, .pdf" in err
+    assert run("board", "toy", "--json", "--plot", str(xyz)).stdout == ""  # refused up front
+    blocker = tmp_path / "file"
+    blocker.write_text("keep")
+    assert_usage_error(
+        run("board", "toy", "--plot", str(blocker / "sub" / "board.png")),
+        f"{blocker} is a file, not a folder",
+    )
+    assert_usage_error(run("board", "toy", "--plot", str(tmp_path)), "is a folder")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+    assert blocker.read_text() == "keep"
+
+
+def test_board_plot_without_suffix_prints_the_file_written(tmp_path: Path) -> None:
+    target = tmp_path / "plots" / "board"
+    result = run("board", "toy", "--plot", str(target))
+    assert result.exit_code == 0, result.output
+    written = tmp_path / "plots" / "board.png"
+    assert written.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"plot: {written}\n" in result.stdout
+    assert not target.exists()
 
 
 def test_winner_command() -> None:

@@ -22,6 +22,28 @@ def test_resolve_idea_accepts_number_padded_full_and_slug() -> None:
     assert "python -m ladder new toy <slug>" in str(err.value)
 
 
+@pytest.mark.parametrize("ref", ["\u00b2", "\u0661", "\u0660\u0660\u0661", "1\u00b2"])
+def test_non_ascii_digits_are_not_idea_numbers(ref: str) -> None:
+    # superscript two, Arabic-Indic one, Arabic-Indic 001: isdigit() is true for each
+    with pytest.raises(paths.UnknownIdea) as err:
+        paths.resolve_idea("toy", ref, FIXTURE_ROOT)
+    assert f"no idea {ref!r} in family toy" in str(err.value)
+
+
+def test_names_ending_in_a_newline_are_not_ideas(tmp_path: Path) -> None:
+    root = copy_toy(tmp_path, records=False)
+    odd = root / "kernels" / "toy" / "ideas" / "004-nl\n"
+    odd.mkdir()
+    (odd / "kernel.py").write_text((idea_path(root, "000-base") / "kernel.py").read_text())
+    assert paths.list_ideas("toy", root) == ["000-base", "001-fast", "002-no-bwd", "003-wrong-taps"]
+    with pytest.raises(paths.LadderError, match="not an idea folder name"):
+        paths.idea_number("004-nl\n")
+    paths.load_family("toy", root)  # serve ladder.kernels.toy from the copy
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("ladder.kernels.toy.ideas.i004")
+    assert not paths.FAMILY_RE.match("toy\n")
+
+
 def test_unknown_family_lists_the_known_ones() -> None:
     with pytest.raises(paths.UnknownFamily, match=r"unknown family 'nope' \(known: toy\)"):
         paths.family_dir("nope", FIXTURE_ROOT)

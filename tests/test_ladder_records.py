@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +16,7 @@ from ladder import codehash, records
 from tests.fixtures.ladder.helpers import copy_toy, idea_path
 from tests.fixtures.ladder.recgen import fake_sha, make_record
 
+REPO = Path(__file__).resolve().parents[1]
 SHA = "1" * 64
 
 
@@ -76,6 +81,11 @@ def _mutate(rec: dict, dotted: str, value=None, delete: bool = False) -> dict:
         ("shapes[1].correctness.err_ratio.y", "big", False, "shapes[1].correctness.err_ratio.y"),
         ("shapes[0].W", 0, False, "shapes[0].W: expected >= 1"),
         ("record_id", "run-1", False, "record_id: malformed"),
+        # a trailing newline is not part of a well-formed value
+        ("idea", "001-fast\n", False, "idea: malformed"),
+        ("family", "toy\n", False, "family: malformed"),
+        ("code_sha", "1" * 64 + "\n", False, "code_sha: malformed"),
+        ("code_unchanged_since", "20260201T000000Z-11111111\n", False, "code_unchanged_since"),
     ],
 )
 def test_validation_names_the_field(field, value, delete, message) -> None:
@@ -146,6 +156,121 @@ def test_load_checks_file_name_and_folder(tmp_path: Path) -> None:
     (rdir / f"{rec2['record_id']}.json").write_text(json.dumps(rec2))
     with pytest.raises(records.RecordError, match="does not belong in 001-fast"):
         records.load_records("toy", root)
+
+
+def test_load_compares_the_full_idea_folder_name(tmp_path: Path) -> None:
+    root = copy_toy(tmp_path, records=False)
+    rdir = idea_path(root, "001-fast") / "records"
+    rec = _rec(idea="001-other")  # same number, another idea
+    path = rdir / f"{rec['record_id']}.json"
+    path.write_text(json.dumps(rec))
+    with pytest.raises(records.RecordError) as err:
+        records.load_idea_records(idea_path(root, "001-fast"))
+    assert str(err.value).startswith(f"{path}: idea: '001-other'")
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        pytest.param("[]", "expected a JSON object, got list", id="list"),
+        pytest.param('"a record"', "expected a JSON object, got str", id="string"),
+        pytest.param("[" * 100_000, "nested too deeply", id="deep-list"),
+        pytest.param('{"a": ' * 100_000, "nested too deeply", id="deep-object"),
+        pytest.param("{not json", "not a readable JSON record", id="not-json"),
+    ],
+)
+def test_read_names_the_file_of_a_record_that_is_not_an_object(
+    tmp_path: Path, text: str, reason: str
+) -> None:
+    path = tmp_path / "20260201T000000Z-11111111.json"
+    path.write_text(text)
+    with pytest.raises(records.RecordError) as err:
+        records.read_record(path)
+    msg = str(err.value)
+    assert msg.startswith(f"{path}: ") and reason in msg
+    assert "\n" not in msg
+
+
+def test_write_into_a_file_or_under_one_is_a_record_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "taken.json"
+    blocker.write_text("keep")
+    with pytest.raises(records.RecordError, match="is a file, not a folder") as err:
+        records.write_record(tmp_path, _rec(), records_dir=blocker)
+    assert "\n" not in str(err.value)
+    with pytest.raises(records.RecordError, match="cannot write records in") as err:
+        records.write_record(tmp_path, _rec(), records_dir=blocker / "records")
+    assert str(blocker / "records") in str(err.value) and "\n" not in str(err.value)
+    assert blocker.read_text() == "keep"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken.json"]
+
+
+def test_write_without_hard_links_still_never_overwrites(tmp_path: Path, monkeypatch) -> None:
+    def no_link(src, dst):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_link)
+    rec = _rec()
+    path = records.write_record(tmp_path, rec)
+    assert records.read_record(path)["record_id"] == rec["record_id"]
+    before = path.read_bytes()
+    with pytest.raises(records.RecordError, match="never rewritten"):
+        records.write_record(tmp_path, _rec(fwd=(0.5, 1.0)))
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in (tmp_path / "records").iterdir()) == [path.name]
+
+
+_KILLED_WRITE = """
+import os, signal, sys
+from pathlib import Path
+from ladder import records
+from tests.fixtures.ladder.recgen import make_record
+
+rec = make_record(idea="001-fast", code_sha="1" * 64, created="2026-02-01T00:00:00Z")
+os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGKILL)  # killed mid-write
+records.write_record(Path(sys.argv[1]), rec)
+"""
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_a_write_killed_midway_leaves_the_tree_clean(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    idea = repo / "001-fast"
+    (idea / "records").mkdir(parents=True)
+    (idea / "records" / ".gitkeep").write_text("")
+    shutil.copy(REPO / ".gitignore", repo / ".gitignore")
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.invalid",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.invalid",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_CONFIG_NOSYSTEM": "1",
+    }
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=repo, env=env, check=True, capture_output=True, text=True
+        ).stdout
+
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "idea")
+    proc = subprocess.run(
+        [sys.executable, "-c", _KILLED_WRITE, str(idea)],
+        cwd=REPO,
+        env={**env, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == -9, proc.stderr  # SIGKILL: no cleanup ran
+    left = [p for p in (idea / "records").iterdir() if p.name != ".gitkeep"]
+    assert left and all(p.name.endswith(".tmp") for p in left)  # the temporary file stayed
+    assert not list(idea.rglob("*.json"))  # and no record, whole or half
+    assert git("status", "--porcelain", "--untracked-files=all") == ""
+    assert records.load_idea_records(idea) == []
 
 
 def test_code_unchanged_since(tmp_path: Path) -> None:
