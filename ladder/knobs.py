@@ -32,7 +32,9 @@ from libcst.metadata import (
     MetadataWrapper,
     ParentNodeProvider,
     PositionProvider,
+    QualifiedName,
     QualifiedNameProvider,
+    QualifiedNameSource,
     ScopeProvider,
 )
 
@@ -65,6 +67,25 @@ _ENV_ROOTS = frozenset(
     }
 )
 _GETTERS = frozenset({"os.environ.get", "os.getenv"})
+# Ways to reach the environment, or the os module, that are never a knob and are refused
+# wherever they appear (each hides a read the vendor could not freeze).
+_OS_MODULES = frozenset({"os", "posix", "nt"})
+_ENV_ATTRS = frozenset({"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"})
+_PATH_EXPANDERS = frozenset({"expandvars", "expanduser"})
+_DYNAMIC_IMPORTS = frozenset(
+    {"builtins.__import__", "importlib.import_module", "importlib.__import__"}
+)
+_REFLECTIVE_ATTRS = frozenset({"__dict__", "__getattribute__", "__getattr__"})
+_ATTR_FUNCS = frozenset(
+    {"builtins.getattr", "builtins.hasattr", "builtins.setattr", "builtins.delattr"}
+)
+_HIDDEN_ATTR_NAMES = (
+    _OS_MODULES
+    | _ENV_ATTRS
+    | _PATH_EXPANDERS
+    | _REFLECTIVE_ATTRS
+    | {"modules", "__import__", "import_module", "home"}
+)
 _CONSTEXPR = frozenset({"triton.language.constexpr", "triton.language.core.constexpr"})
 _CASTS: dict[str, KnobKind] = {"builtins.int": "int", "builtins.float": "float"}
 _NAME_RE = re.compile(r"^_?[A-Z][A-Z0-9_]*$")
@@ -140,12 +161,19 @@ class _Scanner:
 
     # -- utilities -----------------------------------------------------------------------
     def _qn(self, node: cst.CSTNode) -> set[str]:
+        return {q.name for q in self._qualified(node)}
+
+    def _imported_qn(self, node: cst.CSTNode) -> set[str]:
+        """Qualified names of ``node`` that come from an import or a builtin (not local)."""
+        return {q.name for q in self._qualified(node) if q.source != QualifiedNameSource.LOCAL}
+
+    def _qualified(self, node: cst.CSTNode) -> set[QualifiedName]:
         names = self.qnames.get(node)
         if names is None:
             return set()
         if callable(names):  # lazily computed metadata
             names = names()
-        return {q.name for q in names}
+        return set(names)
 
     def _line(self, node: cst.CSTNode) -> int:
         return self.positions[node].start.line
@@ -185,9 +213,10 @@ class _Scanner:
     def _match_read(self, call: cst.BaseExpression, stmt: cst.CSTNode) -> tuple[str, str]:
         """(key, default) of ``os.environ.get("KEY", "default")`` / ``os.getenv(...)``."""
         if isinstance(call, cst.Subscript):
+            text = cst.Module([]).code_for_node(call.value)
             raise self._fail(
                 stmt,
-                "os.environ[...] is not a knob form (no default); write it as " + self.example,
+                f"{text}[...] is not a knob form (no default); write it as " + self.example,
             )
         if not isinstance(call, cst.Call) or not (self._qn(call.func) & _GETTERS):
             raise self._fail(
@@ -324,6 +353,7 @@ class _Scanner:
                 continue
             errors.append(self._refuse_anchor(anchor))
         errors.extend(self._refuse_os_module_values())
+        errors.extend(self._refuse_hidden_access())
         if errors:
             raise min(errors, key=_error_line)
         self._check_single_assignment(sites)
@@ -388,6 +418,97 @@ class _Scanner:
         self.module.visit(V())
         return errors
 
+    def _refuse_hidden_access(self) -> list[KnobError]:
+        """Roads to the environment that bypass ``os.environ`` / ``os.getenv`` by name.
+
+        Refused wherever they appear: dynamic imports (``__import__``,
+        ``importlib.import_module``), ``sys.modules``, the os module reached through another
+        module (``shutil.os``, ``os.path.os``), environment attributes reached through any other
+        name (``p.environ``), path expansion (``os.path.expandvars``/``expanduser``,
+        ``Path.expanduser``, ``Path.home``), reflection (``m.__dict__``, ``vars(m)``) and
+        ``getattr``/``hasattr``/``setattr``/``delattr`` with one of those names as a string.
+        One error per offending expression, the root cause first on a line.
+        """
+        found: list[tuple[int, int, KnobError]] = []  # (line, rank, error)
+        scanner = self
+        use_knob = "; read the environment only through a knob: " + self.example
+
+        def why(node: cst.Name | cst.Attribute) -> tuple[int, str] | None:
+            text = _short(cst.Module([]).code_for_node(node))
+            imported = scanner._imported_qn(node)
+            last = {q.rsplit(".", 1)[-1] for q in imported}
+            attr = node.attr.value if isinstance(node, cst.Attribute) else None
+            name = node.value if isinstance(node, cst.Name) else None
+            if imported & _DYNAMIC_IMPORTS or {attr, name} & {"__import__", "import_module"}:
+                return 0, (
+                    f"{text} imports a module at run time, which can reach the environment "
+                    "unseen; use an import statement"
+                )
+            if name == "__builtins__":
+                return 0, f"{text} reaches __import__ and the builtins unseen; do not use it"
+            if any(q == "sys.modules" or q.endswith(".sys.modules") for q in imported):
+                return 1, (
+                    f"{text} hands out any module (os too), which can reach the environment "
+                    "unseen; use an import statement"
+                )
+            if attr in _REFLECTIVE_ATTRS:
+                return 2, (
+                    f"{text} reflects on an object, which can reach the environment unseen; "
+                    "name the attribute directly"
+                )
+            if attr in _OS_MODULES or (
+                name is not None and last & _OS_MODULES and not imported & _OS_MODULES
+            ):
+                return 3, (
+                    f"{text} reaches the os module through another module, which can read the "
+                    "environment unseen; `import os` and use os.<attribute> directly"
+                )
+            if last & _PATH_EXPANDERS or attr in _PATH_EXPANDERS:
+                return 4, f"{text} reads the environment (HOME, $VARS){use_knob}"
+            if any(q.endswith("Path.home") for q in imported):
+                return 4, f"{text} reads the environment (HOME){use_knob}"
+            if attr in _ENV_ATTRS or (name is not None and last & _ENV_ATTRS):
+                # (os.environ, os.getenv and their aliases are anchors, never seen here)
+                return 5, f"{text} reaches the environment, but not as a knob{use_knob}"
+            return None
+
+        def why_call(node: cst.Call) -> tuple[int, str] | None:
+            func = scanner._imported_qn(node.func)
+            args = [a for a in node.args if a.keyword is None and not a.star]
+            if func & _ATTR_FUNCS and len(args) >= 2:
+                attr = _string_literal(args[1].value)
+                if attr in _HIDDEN_ATTR_NAMES:
+                    fn = cst.Module([]).code_for_node(node.func)
+                    return 2, (
+                        f"{fn}(..., {attr!r}) can reach the environment unseen; name the "
+                        "attribute directly"
+                    )
+            if "builtins.vars" in func and args:
+                return 2, (
+                    "vars(...) reflects on an object, which can reach the environment unseen; "
+                    "name the attribute directly"
+                )
+            return None
+
+        class V(cst.CSTVisitor):
+            def on_visit(self, node: cst.CSTNode) -> bool:
+                if isinstance(node, cst.Import | cst.ImportFrom):
+                    return False
+                if scanner._is_env_anchor(node):
+                    return False  # knob reads and their refusals are handled elsewhere
+                hit: tuple[int, str] | None = None
+                if isinstance(node, cst.Name | cst.Attribute):
+                    hit = why(node)
+                elif isinstance(node, cst.Call):
+                    hit = why_call(node)
+                if hit is not None:
+                    err = scanner._fail(node, hit[1])
+                    found.append((scanner._line(node), hit[0], err))
+                return True
+
+        self.module.visit(V())
+        return [err for _, _, err in sorted(found, key=lambda f: (f[0], f[1]))]
+
     def _check_single_assignment(self, sites: list[KnobSite]) -> None:
         global_scope = next((s for s in self.scopes.values() if isinstance(s, GlobalScope)), None)
         seen_keys: dict[str, KnobSite] = {}
@@ -427,6 +548,12 @@ class _Scanner:
                 return "assigned through `global` in a function"
             cur = self.parents.get(cur)
         return "assigned twice"
+
+
+def _short(text: str, limit: int = 60) -> str:
+    """One line of source text, cut to ``limit`` characters for a message."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _error_line(err: KnobError) -> int:

@@ -168,6 +168,83 @@ REFUSED = [
     ("method on the read", 'A = os.getenv("TOY_A", "1").lower() == "1"', 7, "unsupported form"),
     ("two statements", 'A = os.getenv("TOY_A", "1"); B = 2', 7, "single knob assignment"),
     ("star import", "from os import *", 7, "import *"),
+    # dynamic imports and the module table hand out os unseen
+    ("__import__", 'E = __import__("os").environ', 7, "imports a module at run time"),
+    (
+        "__import__ in knob form",
+        'A = __import__("os").environ.get("TOY_A", "1")',
+        7,
+        "imports a module at run time",
+    ),
+    (
+        "import_module",
+        'import importlib\nE = importlib.import_module("os").environ',
+        8,
+        "importlib.import_module imports a module at run time",
+    ),
+    (
+        "import_module imported",
+        'from importlib import import_module as im\nG = im("os").getenv("TOY_A", "1")',
+        8,
+        "imports a module at run time",
+    ),
+    ("__builtins__", 'I = __builtins__["__import__"]', 7, "__import__ and the builtins"),
+    ("sys.modules", 'import sys\nE = sys.modules["os"].environ', 8, "sys.modules hands out"),
+    (
+        "sys.modules in a function",
+        'import sys\ndef f():\n    return sys.modules["os"].environ.get("TOY_A")',
+        9,
+        "sys.modules hands out",
+    ),
+    # path expansion reads HOME and $VARS
+    ("expandvars", 'P = os.path.expandvars("$HOME/x")', 7, "reads the environment"),
+    ("expanduser", 'P = os.path.expanduser("~")', 7, "reads the environment"),
+    (
+        "expandvars imported",
+        'from os.path import expandvars\nP = expandvars("$X")',
+        8,
+        "expandvars reads the environment",
+    ),
+    (
+        "Path.expanduser",
+        'import pathlib\nP = pathlib.Path("~").expanduser()',
+        8,
+        "reads the environment",
+    ),
+    ("Path.home", "from pathlib import Path\nP = Path.home()", 8, "reads the environment (HOME)"),
+    # copies of the environment, bytes reads, the posix and nt modules
+    ("copy in a function", "def f():\n    return os.environ.copy()", 8, "inside a function"),
+    ("dict in a function", "def f():\n    return dict(os.environ)", 8, "inside a function"),
+    ("getenvb", 'B = os.getenvb(b"TOY_A", b"1")', 7, "unsupported form"),
+    ("getenvb imported", 'from os import getenvb\nB = getenvb(b"TOY_A", b"1")', 8, "unsupported"),
+    (
+        "posix.environ",
+        'import posix\nE = posix.environ.get(b"TOY_A", b"1")',
+        8,
+        "unsupported form",
+    ),
+    ("posix.environ[...]", 'import posix\nE = posix.environ[b"TOY_A"]', 8, "posix.environ[...]"),
+    ("nt.environ", "import nt\nE = nt.environ", 8, "unsupported form"),
+    (
+        "nt environ imported",
+        "from nt import environ as ntenv\ndef f():\n    return ntenv",
+        9,
+        "inside a function",
+    ),
+    # os reached through another module, by another name, or by reflection
+    ("os through shutil", "import shutil\nE = shutil.os.environ", 8, "through another module"),
+    ("os through os.path", 'E = os.path.os.getenv("TOY_A", "1")', 7, "through another module"),
+    (
+        "os imported from a module",
+        "from shutil import os as sos\nE = sos.environ",
+        8,
+        "sos reaches the os module through another module",
+    ),
+    ("environ of a parameter", "def f(m):\n    return m.environ", 8, "but not as a knob"),
+    ("module __dict__", 'E = os.__dict__["environ"]', 7, "reflects on an object"),
+    ("getattr by name", 'import shutil\nE = getattr(shutil, "os")', 8, "getattr(..., 'os')"),
+    ("hasattr by name", 'import shutil\nE = hasattr(shutil, "environ")', 8, "hasattr(..., "),
+    ("vars", "import shutil\nE = vars(shutil)", 8, "vars(...) reflects"),
 ]
 
 
@@ -225,6 +302,34 @@ def test_the_real_idea_scans():
     for folder in folders:
         knobs = scan_idea(idea_files_from_dir(folder), "cconv")
         assert all(k.startswith("CCONV_") for k in knobs)
+
+
+def test_ordinary_code_is_not_refused():
+    # Names that merely resemble the refused roads stay allowed: no false refusals.
+    src = textwrap.dedent(
+        """
+        import os
+        import importlib.util
+        import sys
+        import triton
+        import triton.language as tl
+
+        A = int(os.environ.get("TOY_A", "1"))
+        ROOT = os.path.join(os.path.dirname(__file__), "data")
+        HAVE_FLA = importlib.util.find_spec("fla") is not None
+        MAX = sys.maxsize
+        CE = getattr(tl, "constexpr")
+
+
+        def dtype(name):
+            return getattr(triton, name, None)
+
+
+        def grid(n, block):
+            return (triton.cdiv(n, block),)
+        """
+    )
+    assert [k.key for k in scan_source(src, "k.py", "toy")] == ["TOY_A"]
 
 
 def test_module_level_constants_are_not_knobs():

@@ -11,6 +11,7 @@ import ast
 import contextlib
 import importlib.util
 import os
+import shutil
 import sys
 import textwrap
 from pathlib import Path
@@ -872,6 +873,26 @@ def test_a_failure_while_swapping_leaves_the_package_untouched(tmp_path, monkeyp
     assert "K = 2" in kernel_text(lad)
 
 
+def test_stale_staging_folders_of_its_own_naming_are_removed(tmp_path):
+    lad = one_idea(tmp_path, PLAIN)
+    pkg = lad.root / lad.package
+    # what a vendor killed outright between its renames leaves behind
+    killed = pkg / ".vendor-a1b2_c3d"
+    (killed / "old" / "_kernels").mkdir(parents=True)
+    (killed / "old" / "_kernels" / "first.py").write_text("x = 1\n")
+    (killed / "new" / "_provenance.py").parent.mkdir(parents=True)
+    (killed / "new" / "_provenance.py").write_text("X = 1\n")
+    # not of its naming (a file, other length): left alone, drift names them
+    other = pkg / ".vendor-mine"
+    other.mkdir()
+    (pkg / ".vendor-12345678.txt").write_text("keep\n")
+    assert record_and_vendor(lad, {"TOY_K": 2}).code == 0
+    assert not killed.exists()
+    assert other.is_dir() and (pkg / ".vendor-12345678.txt").is_file()
+    assert sorted(p.name for p in pkg.glob(".vendor-*")) == [".vendor-12345678.txt", ".vendor-mine"]
+    assert "K = 2" in kernel_text(lad)
+
+
 def test_a_first_vendor_that_fails_writes_nothing(tmp_path, monkeypatch):
     lad = one_idea(tmp_path, PLAIN)
     rid = lad.add_record("001-first", {})
@@ -1049,8 +1070,28 @@ def test_refuses_hand_edits_it_would_overwrite(tmp_path):
     assert record_and_vendor(lad, {}).code == 0
     path = lad.root / lad.package / "_kernels" / "first.py"
     path.write_text(path.read_text() + "# hand edit\n")
-    refused(lad.vendor(), "has uncommitted changes that the vendor did not make")
+    rel = path.relative_to(lad.root).as_posix()
+    # never committed: the only way back is to drop the outputs and vendor again
+    refused(
+        lad.vendor(),
+        f"{rel} has uncommitted changes that the vendor did not make; commit or discard them "
+        f"first (`rm -r {lad.package}/_kernels {lad.package}/_provenance.py` and vendor again;",
+    )
     assert path.read_text().endswith("# hand edit\n")
+    shutil.rmtree(lad.root / lad.package / "_kernels")
+    (lad.root / lad.package / "_provenance.py").unlink()
+    assert lad.vendor().code == 0
+    lad.commit("vendored")
+    # committed: git restores an edited file; an extra file is removed
+    path.write_text(path.read_text() + "# hand edit\n")
+    refused(lad.vendor(), f"{rel} has uncommitted changes that the vendor did not make")
+    refused(lad.vendor(), f"(`git checkout -- {rel}`;")
+    lad.git("checkout", "--", rel)
+    extra = path.parent / "extra.py"
+    extra.write_text("x = 1\n")
+    refused(lad.vendor(), f"(`rm {extra.relative_to(lad.root).as_posix()}`;")
+    extra.unlink()
+    assert lad.vendor().code == 0
 
 
 def test_refuses_when_an_entry_point_is_gone_after_the_freeze(tmp_path):
@@ -1121,8 +1162,11 @@ def test_real_repository_vendor_at_the_source_commit_changes_nothing():
         return
     # Only the vendor's own fingerprint may differ (the tool was edited since): no code.
     changed = [
-        ln for ln in res.stdout.splitlines() if ln[:1] in "+-" and not ln.startswith(("+++", "---"))
+        ln
+        for ln in res.stdout.splitlines()
+        if ln.startswith(("+", "-")) and not ln.startswith(("+++", "---"))
     ]
+    assert changed
     headers = [ln for ln in res.stdout.splitlines() if ln.startswith("+++ ")]
     assert headers == ["+++ b/package/src/kernel_fun/cconv/_provenance.py"], headers
     assert all(any(k in ln for k in ('"tool_sha256"', '"libcst"', '"ruff"')) for ln in changed)

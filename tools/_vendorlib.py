@@ -1852,6 +1852,66 @@ class ProvenanceError(VendorError):
     """_provenance.py is missing a key, not literal, or has the wrong types."""
 
 
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_RECORD_ID = re.compile(r"^[0-9A-Za-z][0-9A-Za-z._-]*$")
+
+
+def _provenance_problems(found: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """[(key, what is wrong)] for values of the wrong type or form, in PROVENANCE_KEYS order."""
+    out: list[tuple[str, str]] = []
+    commit = found["SOURCE_COMMIT"]
+    if not (isinstance(commit, str) and re.match(r"^[0-9a-f]{40}$", commit)):
+        out.append(
+            (
+                "SOURCE_COMMIT",
+                f"SOURCE_COMMIT has the wrong type or form: {commit!r:.60} is not a 40-hex commit sha",
+            )
+        )
+    record = found["RECORD"]
+    if not isinstance(record, dict):
+        out.append(
+            ("RECORD", f"RECORD has the wrong type or form: a {type(record).__name__}, not a dict")
+        )
+    else:
+        forms = {
+            "idea": (IDEA_RE, "an idea folder NNN-slug"),
+            "record_id": (_RECORD_ID, "a record_id"),
+            "sha256": (_HEX64, "a 64-hex sha256"),
+        }
+        for key, (pattern, what) in forms.items():
+            value = record.get(key)
+            if not (isinstance(value, str) and pattern.match(value)):
+                out.append(
+                    (
+                        "RECORD",
+                        f"RECORD[{key!r}] has the wrong type or form: {value!r:.60} is not {what}",
+                    )
+                )
+    knobs = found["KNOBS"]
+    if not isinstance(knobs, dict) or not all(isinstance(k, str) for k in knobs):
+        out.append(("KNOBS", "KNOBS has the wrong type or form: not a dict of knob keys"))
+    for key in ("SOURCE_FILES", "OUTPUT_FILES"):
+        files = found[key]
+        if not isinstance(files, dict):
+            out.append(
+                (key, f"{key} has the wrong type or form: a {type(files).__name__}, not a dict")
+            )
+            continue
+        for path, digest in files.items():
+            if not (isinstance(path, str) and isinstance(digest, str) and _HEX64.match(digest)):
+                out.append(
+                    (
+                        key,
+                        f"{key}[{path!r}] has the wrong type or form: {digest!r:.60} is not a "
+                        "64-hex sha256",
+                    )
+                )
+                break
+    if not isinstance(found["VENDOR"], dict):
+        out.append(("VENDOR", "VENDOR has the wrong type or form: not a dict"))
+    return out
+
+
 def parse_provenance(text: bytes, relpath: str) -> dict[str, Any]:
     """The six literals of a ``_provenance.py`` (never imported). Raises ProvenanceError."""
     try:
@@ -1859,6 +1919,7 @@ def parse_provenance(text: bytes, relpath: str) -> dict[str, Any]:
     except SyntaxError as exc:
         raise ProvenanceError(f"{relpath}:{exc.lineno}: does not parse: {exc.msg}") from None
     found: dict[str, Any] = {}
+    lines: dict[str, int] = {}
     for i, stmt in enumerate(tree.body):
         if (
             i == 0
@@ -1882,28 +1943,14 @@ def parse_provenance(text: bytes, relpath: str) -> dict[str, Any]:
             found[name] = ast.literal_eval(stmt.value)
         except ValueError:
             raise ProvenanceError(f"{relpath}:{stmt.lineno}: {name} is not a literal") from None
+        lines[name] = stmt.lineno
     missing = [k for k in PROVENANCE_KEYS if k not in found]
     if missing:
         raise ProvenanceError(f"{relpath}: missing {', '.join(missing)}; re-vendor")
-    hexes = re.compile(r"^[0-9a-f]{64}$")
-    ok = (
-        isinstance(found["SOURCE_COMMIT"], str)
-        and re.match(r"^[0-9a-f]{40}$", found["SOURCE_COMMIT"])
-        and isinstance(found["RECORD"], dict)
-        and all(isinstance(found["RECORD"].get(k), str) for k in ("idea", "record_id", "sha256"))
-        and isinstance(found["KNOBS"], dict)
-        and all(
-            isinstance(found[k], dict)
-            and all(
-                isinstance(p, str) and isinstance(h, str) and hexes.match(h)
-                for p, h in found[k].items()
-            )
-            for k in ("SOURCE_FILES", "OUTPUT_FILES")
-        )
-        and isinstance(found["VENDOR"], dict)
-    )
-    if not ok:
-        raise ProvenanceError(f"{relpath}: a value has the wrong type or form (hand-edited?)")
+    problems = _provenance_problems(found)
+    if problems:
+        name, problem = problems[0]
+        raise ProvenanceError(f"{relpath}:{lines[name]}: {problem} (hand-edited?)")
     return found
 
 
@@ -1914,13 +1961,14 @@ def parse_provenance(text: bytes, relpath: str) -> dict[str, Any]:
 
 def current_outputs(repo: Path, spec: FamilySpec) -> dict[str, bytes]:
     """{repo-relative path: bytes} of the files vendor owns, as they are on disk now
-    (``_kernels/**`` except bytecode, and ``_provenance.py``)."""
+    (``_kernels/**`` except ``__pycache__/``, and ``_provenance.py``). A ``.pyc`` outside
+    ``__pycache__`` counts: Python imports it when no ``.py`` of that name exists."""
     out: dict[str, bytes] = {}
     kdir = repo / spec.kernels_dir
     if kdir.is_dir():
         for path in sorted(kdir.rglob("*")):
             rel = path.relative_to(repo).as_posix()
-            if path.is_file() and "__pycache__" not in path.parts and not rel.endswith(".pyc"):
+            if path.is_file() and "__pycache__" not in path.relative_to(kdir).parts:
                 out[rel] = path.read_bytes()
     prov = repo / spec.provenance_path
     if prov.is_file():
@@ -1949,12 +1997,41 @@ def unified_diff(old: Mapping[str, bytes], new: Mapping[str, bytes]) -> str:
     return "".join(chunks)
 
 
+STAGING_PREFIX = ".vendor-"
+# tempfile.mkdtemp(prefix=STAGING_PREFIX): eight characters of its random name alphabet.
+_OWN_STAGING = re.compile(r"^\.vendor-[a-z0-9_]{8}$")
+
+
+def staging_leftovers(repo: Path, spec: FamilySpec) -> list[str]:
+    """Repo-relative paths of ``.vendor-*`` entries in the family's package folder: staging
+    folders a vendor run killed outright (no ``finally``) left behind. Sorted."""
+    pkg = repo / spec.package_dir
+    if not pkg.is_dir():
+        return []
+    return sorted(
+        p.relative_to(repo).as_posix() for p in pkg.iterdir() if p.name.startswith(STAGING_PREFIX)
+    )
+
+
+def remove_stale_staging(repo: Path, spec: FamilySpec) -> list[str]:
+    """Delete the staging folders of the vendor's own naming (``.vendor-`` and eight
+    characters, a real folder, not a link) from the package folder; the paths removed."""
+    removed: list[str] = []
+    for rel in staging_leftovers(repo, spec):
+        path = repo / rel
+        if _OWN_STAGING.match(path.name) and path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+            removed.append(rel)
+    return removed
+
+
 def write_outputs(repo: Path, spec: FamilySpec, outputs: Mapping[str, bytes]) -> None:
     """Replace ``_kernels/`` and ``_provenance.py`` with ``outputs``: every file or none.
 
     The new tree is written to a staging folder beside the package first; then the old
     ``_kernels`` and ``_provenance.py`` are moved aside and the new ones moved in (renames on
     one file system). Any failure moves the old ones back, leaving the package untouched.
+    Staging folders left by an earlier run that was killed outright are removed first.
     """
     kernels = repo / spec.kernels_dir
     prov = repo / spec.provenance_path
@@ -1963,7 +2040,8 @@ def write_outputs(repo: Path, spec: FamilySpec, outputs: Mapping[str, bytes]) ->
             raise VendorError(f"refusing to write {rel}: outside {spec.kernels_dir}/")
     pkg = repo / spec.package_dir
     pkg.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".vendor-", dir=pkg))
+    remove_stale_staging(repo, spec)
+    staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=pkg))
     done: list[tuple[Path, Path]] = []  # (moved from, moved to), to undo in reverse
     try:
         new_kernels = staging / "new" / "_kernels"

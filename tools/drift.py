@@ -7,10 +7,13 @@ For each family with a ``package/src/kernel_fun/<family>/_provenance.py`` (read 
 objects:
 
 - stale: a source file at HEAD differs from SOURCE_FILES, or the family's winner at HEAD is
-  another record. Advisory: exit 0, unless ``--strict``. A family with no _provenance.py is
-  reported "not vendored" (advisory too).
+  another record. Advisory: exit 0, unless ``--strict``. A family with neither a
+  _provenance.py nor files in ``_kernels/`` is reported "not vendored" (advisory too).
 - tampered: a file of ``_kernels/`` differs from OUTPUT_FILES (or is missing, or is not a
-  vendor output). Always fatal.
+  vendor output); ``_kernels/`` holds files but _provenance.py is missing; a ``.vendor-*``
+  staging folder was left in the package folder; or a bench record was rewritten or deleted
+  (records are append-only): the vendored record's bytes at HEAD are not RECORD["sha256"],
+  or a committed record differs between SOURCE_COMMIT and HEAD. Always fatal.
 - not reproducible: re-running the vendor in memory on the sources at SOURCE_COMMIT with the
   recorded record does not give the recorded outputs. Always fatal.
 
@@ -33,7 +36,9 @@ import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
+# rich_markup_mode=None: usage errors print as click's one-line "Error: ...", not in a panel
+# that wraps them.
+app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0], rich_markup_mode=None)
 
 
 @dataclass
@@ -53,10 +58,10 @@ class FamilyReport:
     def status(self) -> str:
         if self.error:
             return "error"
-        if not self.vendored:
-            return "not vendored"
         if self.tampered or self.not_reproducible:
             return "drift"
+        if not self.vendored:
+            return "not vendored"
         return "stale" if self.stale else "clean"
 
     def exit_code(self, strict: bool) -> int:
@@ -83,21 +88,40 @@ def families_in(repo: Path, head: str) -> list[str]:
 
 
 def check_family(repo: Path, head: str, family: str) -> FamilyReport:
-    """The three drift conditions of one family (see the module docstring)."""
+    """The drift conditions of one family (see the module docstring)."""
     report = FamilyReport(family=family)
     try:
         spec = vl.load_family_spec(repo, head, family)
     except vl.VendorError as exc:
         report.error = f"{exc} (HEAD)"
         return report
+    for rel in vl.staging_leftovers(repo, spec):
+        report.tampered.append(
+            f"{rel} is left over from a vendor run that was killed while writing; remove "
+            f"{rel} (`rm -r {rel}`)"
+        )
     prov_path = repo / spec.provenance_path
+    if prov_path.is_symlink() or (prov_path.exists() and not prov_path.is_file()):
+        report.error = (
+            f"{spec.provenance_path} is not a regular file; restore it "
+            f"(`git checkout -- {spec.provenance_path}`) or re-vendor (`make vendor "
+            f"FAMILY={family}`)"
+        )
+        return report
     if not prov_path.is_file():
+        orphans = sorted(vl.current_outputs(repo, spec))
+        if orphans:
+            report.tampered.append(_orphans_note(repo, head, spec, orphans))
         return report
     report.vendored = True
+    prov_bytes = prov_path.read_bytes()
     try:
-        prov = vl.parse_provenance(prov_path.read_bytes(), spec.provenance_path)
+        prov = vl.parse_provenance(prov_bytes, spec.provenance_path)
     except vl.VendorError as exc:
-        report.error = f"{exc}; restore it with git or re-vendor (`make vendor FAMILY={family}`)"
+        report.error = (
+            f"{exc}; restore it (`git checkout -- {spec.provenance_path}`) or re-vendor "
+            f"(`make vendor FAMILY={family}`)"
+        )
         return report
     commit = prov["SOURCE_COMMIT"]
     record = prov["RECORD"]
@@ -109,16 +133,23 @@ def check_family(repo: Path, head: str, family: str) -> FamilyReport:
         f"re-vendor with `make vendor FAMILY={family}`"
     )
 
-    # tampered: the files on disk against OUTPUT_FILES
+    # tampered: the files on disk against OUTPUT_FILES (and against HEAD, for the hint)
     on_disk = vl.current_outputs(repo, spec)
     on_disk.pop(spec.provenance_path, None)
     for path, want in sorted(prov["OUTPUT_FILES"].items()):
+        at_head = vl.read_blob(repo, head, path)
         if path not in on_disk:
-            report.tampered.append(f"{path} is missing; {restore}")
+            hint = f"restore it with `git checkout -- {path}`" if at_head is not None else restore
+            report.tampered.append(f"{path} is missing; {hint}")
         elif vl.sha256(on_disk[path]) != want:
-            report.tampered.append(f"{path} differs from what the vendor wrote; {restore}")
+            report.tampered.append(
+                f"{path} differs from what the vendor wrote; "
+                + _edit_hint(spec, path, at_head, on_disk[path], want, restore)
+            )
     for path in sorted(set(on_disk) - set(prov["OUTPUT_FILES"])):
-        report.tampered.append(f"{path} is not a vendor output; remove it or re-vendor")
+        tracked = vl.read_blob(repo, head, path) is not None
+        how = f"`git rm {path}`" if tracked else f"`rm {path}`"
+        report.tampered.append(f"{path} is not a vendor output; remove it ({how}) or re-vendor")
 
     # stale: sources at HEAD, and the winner at HEAD
     for path, want in sorted(prov["SOURCE_FILES"].items()):
@@ -136,7 +167,6 @@ def check_family(repo: Path, head: str, family: str) -> FamilyReport:
     if stale_winner:
         report.stale.append(stale_winner)
 
-    # not reproducible: the vendor again, in memory, at SOURCE_COMMIT
     try:
         vl.resolve_commit(repo, commit)
     except vl.VendorError:
@@ -145,11 +175,26 @@ def check_family(repo: Path, head: str, family: str) -> FamilyReport:
             "history (`git fetch --unshallow`)"
         )
         return report
+
+    # tampered: records are append-only, the vendored one above all
+    try:
+        report.tampered.extend(_record_notes(repo, head, spec, commit, record))
+    except vl.VendorError as exc:
+        report.error = f"cannot compare the records at {commit[:12]} and HEAD: {exc}"
+        return report
+
+    # not reproducible: the vendor again, in memory, at SOURCE_COMMIT
+    fix = f"re-vendor (`make vendor FAMILY={family}`)"
+    if vl.read_blob(repo, head, spec.provenance_path) != prov_bytes:
+        fix = (
+            f"{spec.provenance_path} has uncommitted changes: discard them with "
+            f"`git checkout -- {spec.provenance_path}`, or {fix}"
+        )
     try:
         spec_then = vl.load_family_spec(repo, commit, family)
         result = vl.build(repo, spec_then, commit, record["idea"], record["record_id"])
     except vl.VendorError as exc:
-        report.not_reproducible.append(f"the vendor at {commit[:12]} refuses: {exc}")
+        report.not_reproducible.append(f"the vendor at {commit[:12]} refuses: {exc}; {fix}")
         return report
     again = result.provenance
     note = _tool_note(prov["VENDOR"], again["VENDOR"])
@@ -157,17 +202,99 @@ def check_family(repo: Path, head: str, family: str) -> FamilyReport:
         if again[key] != prov[key]:
             report.not_reproducible.append(
                 f"{key} at {commit[:12]} is {json.dumps(again[key], sort_keys=True)}, "
-                f"recorded {json.dumps(prov[key], sort_keys=True)}{note}"
+                f"recorded {json.dumps(prov[key], sort_keys=True)}{note}; {fix}"
             )
     for path in sorted(set(again["OUTPUT_FILES"]) | set(prov["OUTPUT_FILES"])):
         got, want = again["OUTPUT_FILES"].get(path), prov["OUTPUT_FILES"].get(path)
         if got != want:
             what = "not produced" if got is None else "not recorded" if want is None else "differs"
             report.not_reproducible.append(
-                f"{path}: the vendor at {commit[:12]} gives other bytes ({what}){note}; "
-                f"re-vendor (`make vendor FAMILY={family}`)"
+                f"{path}: the vendor at {commit[:12]} gives other bytes ({what}){note}; {fix}"
             )
     return report
+
+
+def _orphans_note(repo: Path, head: str, spec: vl.FamilySpec, orphans: list[str]) -> str:
+    """Why files in _kernels/ without a _provenance.py are tampering, and how to restore."""
+    prov = spec.provenance_path
+    shown = ", ".join(orphans[:3]) + (f" and {len(orphans) - 3} more" if len(orphans) > 3 else "")
+    if vl.read_blob(repo, head, prov) is not None:
+        how = (
+            f"restore it with `git checkout -- {prov}`, or re-vendor with "
+            f"`make vendor FAMILY={spec.family}`"
+        )
+    else:
+        how = (
+            f"re-vendor with `make vendor FAMILY={spec.family}` (or restore {prov} with "
+            f"`git checkout <commit> -- {prov}` from the commit that last had it)"
+        )
+    return (
+        f"{prov} is missing, but {spec.kernels_dir}/ holds {len(orphans)} file(s) ({shown}) "
+        f"that nothing vouches for; {how}"
+    )
+
+
+def _edit_hint(
+    spec: vl.FamilySpec, path: str, at_head: bytes | None, data: bytes, want: str, restore: str
+) -> str:
+    """How to undo an edit of a vendored file: git for an uncommitted one, the vendor for a
+    committed one (the vendor refuses to overwrite edits it did not make)."""
+    if at_head == data:
+        return restore  # the edit is committed
+    if at_head is None:
+        return (
+            f"the vendor output was never committed: delete {spec.kernels_dir}/ and "
+            f"{spec.provenance_path}, then re-vendor (`make vendor FAMILY={spec.family}`)"
+        )
+    if vl.sha256(at_head) == want:
+        return f"discard the uncommitted edit with `git checkout -- {path}`"
+    return f"discard the uncommitted edit (`git checkout -- {path}`), then {restore}"
+
+
+RECORDS_GLOB = "ladder/kernels/*/ideas/*/records/*.json"
+
+
+def _record_notes(
+    repo: Path, head: str, spec: vl.FamilySpec, commit: str, record: dict[str, str]
+) -> list[str]:
+    """Records are written once: the vendored record at HEAD (and on disk) must be the bytes
+    RECORD["sha256"] names, and no committed record may differ between SOURCE_COMMIT and HEAD
+    (modified or deleted; new records are fine)."""
+    notes: list[str] = []
+    rid = record["record_id"]
+    rel = vl.record_relpath(spec, record["idea"], rid)
+    then = f"records are append-only: restore it with `git checkout {commit} -- {rel}`"
+    at_head = vl.read_blob(repo, head, rel)
+    if at_head is None:
+        notes.append(f"record {rid} ({rel}) is gone at HEAD after it was vendored; {then}")
+    elif vl.sha256(at_head) != record["sha256"]:
+        notes.append(f"record {rid} ({rel}) was rewritten after it was vendored; {then}")
+    else:
+        path = repo / rel
+        if not path.is_file():
+            notes.append(
+                f"record {rid} ({rel}) is deleted in the working tree; records are "
+                f"append-only: restore it with `git checkout -- {rel}`"
+            )
+        elif path.read_bytes() != at_head:
+            notes.append(
+                f"record {rid} ({rel}) has uncommitted changes; records are append-only: "
+                f"restore it with `git checkout -- {rel}`"
+            )
+    out = vl.git(
+        repo, "diff", "--name-status", "--no-renames", "-z", commit, head, "--", RECORDS_GLOB
+    )
+    items = [i.decode("utf-8") for i in out.split(b"\0") if i]
+    vendored_reported = bool(notes)
+    for status, path in zip(items[::2], items[1::2], strict=True):
+        if status == "A" or (path == rel and vendored_reported):
+            continue
+        what = "deleted" if status == "D" else "rewritten"
+        notes.append(
+            f"record {path} was {what} after {commit[:12]} (SOURCE_COMMIT); records are "
+            f"append-only: restore it with `git checkout {commit} -- {path}`"
+        )
+    return notes
 
 
 def _winner_note(repo: Path, head: str, spec: vl.FamilySpec, record: dict[str, str]) -> str:
@@ -213,7 +340,7 @@ def render(console: Console, reports: list[FamilyReport], strict: bool, code: in
             r.family,
             r.status,
             ("yes" if r.stale else "no") if checked else "n/a",
-            ("YES" if r.tampered else "no") if checked else "n/a",
+            "YES" if r.tampered else "no" if checked else "n/a",
             ("NO" if r.not_reproducible else "yes") if checked else "n/a",
         )
     console.print(table)
@@ -226,7 +353,7 @@ def render(console: Console, reports: list[FamilyReport], strict: bool, code: in
             )
         if r.error:
             console.print(f"{r.family}: error: {r.error}", markup=False)
-        if not r.vendored and not r.error:
+        if r.status == "not vendored":
             console.print(
                 f"{r.family}: not vendored (`make vendor FAMILY={r.family}`)", markup=False
             )
@@ -261,7 +388,7 @@ def main(
         head = vl.resolve_commit(repo, "HEAD")
         names = list(family) if family else families_in(repo, head)
     except vl.VendorError as exc:
-        Console(stderr=True).print(f"drift: {exc}", markup=False)
+        Console(stderr=True, soft_wrap=True, highlight=False).print(f"drift: {exc}", markup=False)
         raise typer.Exit(2) from None
     reports = [check_family(repo, head, name) for name in names]
     code = max((r.exit_code(strict) for r in reports), default=0)

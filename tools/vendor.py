@@ -26,7 +26,9 @@ import _vendorlib as vl  # noqa: E402
 import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
 
-app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
+# rich_markup_mode=None: usage errors print as click's one-line "Error: ...", not in a panel
+# that wraps them.
+app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0], rich_markup_mode=None)
 
 
 def select_record(
@@ -125,9 +127,19 @@ def check_clean(repo: Path, spec: vl.FamilySpec, result: vl.VendorResult) -> Non
             recorded = None
     files = {p: vl.sha256(b) for p, b in on_disk.items() if p != spec.provenance_path}
     if recorded is None or files != recorded:
+        bad = dirty
+        if recorded is not None:
+            bad = sorted(p for p in set(files) | set(recorded) if files.get(p) != recorded.get(p))
+        path = bad[0]
+        if vl.read_blob(repo, "HEAD", path) is not None:
+            discard = f"`git checkout -- {path}`"
+        elif recorded is not None and path not in recorded:
+            discard = f"`rm {path}`"
+        else:  # an edit of an output that was never committed
+            discard = f"`rm -r {spec.kernels_dir} {spec.provenance_path}` and vendor again"
         raise vl.VendorError(
-            f"{dirty[0]} has uncommitted changes that the vendor did not make; commit or "
-            "discard them first (the vendor replaces these files)"
+            f"{path} has uncommitted changes that the vendor did not make; commit or "
+            f"discard them first ({discard}; the vendor replaces these files)"
         )
 
 
