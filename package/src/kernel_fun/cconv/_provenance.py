@@ -28,5 +28,5 @@ OUTPUT_FILES = {
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "911eeefd5a5e4f52f0c7d956402abe7e0cf85e869aa5828fdc389e559a4bc05f",
+    "tool_sha256": "b1bff1a4eb2baa7f5274823f73c2580465a9df79a42c1845ae90e41f34c99a43",
 }
