@@ -10,7 +10,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
 mkdir -p "$OUT"
-STAGES=${STAGES:-"env gpu-test prodtime"}
+STAGES=${STAGES:-"env cconv"}  # one call per stage group: a cold one can take minutes
 PY=${PY:-python3}
 BENCH_IDEAS=${BENCH_IDEAS:-"000 001"}
 BENCH_SHAPES=${BENCH_SHAPES:-all}

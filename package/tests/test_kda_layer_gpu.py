@@ -5,23 +5,25 @@ the function its three ShortConvolutions call. Checked here, on the GPU:
 
   * numerics: the layer's output, input gradient and every parameter gradient, computed with
     fla's conv and with ours from the same weights and inputs, are each compared with the
-    same layer run in fp32 (fp32 weights and inputs, fla's conv). Ours must be as close to
-    it as fla is: rel-L2 error <= (ERR_RATIO_MAX + 3/sqrt(2n)) x fla's + SLACK, where the
-    3/sqrt(2n) term (three standard deviations of the norm of n independent rounding errors,
-    n = the tensor's size) only matters for small tensors such as A_log's 16 entries, whose
-    error norms fluctuate by tens of percent between two equally rounded runs. The direct
-    ours-vs-fla difference is reported next to it. In the fp32 run the chunked KDA kernel is replaced
-    by fla's own fp32 torch reference for it (naive_recurrent_kda with naive_kda_gate, the
-    reference fla tests chunk_kda against): exact fp32 (no TF32), and no fp32 build of
-    fla's Triton chunk kernels is needed. Two precisions: all-bf16 parameters (as fla's own
-    layer tests run) and fp32 parameters under bf16 autocast (the conv then sees bf16 x with
-    an fp32 weight, the production call);
+    same layer run in fp32 (fp32 weights and inputs). Ours must be as close to it as fla is:
+    rel-L2 error <= (ERR_RATIO_MAX + 3/sqrt(2n)) x fla's + SLACK, where the 3/sqrt(2n) term
+    (three standard deviations of the norm of n independent rounding errors, n = the
+    tensor's size) only matters for small tensors such as A_log's 16 entries, whose error
+    norms fluctuate by tens of percent between two equally rounded runs. The direct
+    ours-vs-fla difference is reported next to it. In the fp32 run the chunked KDA kernel is
+    replaced by fla's own fp32 torch reference for it (naive_recurrent_kda with
+    naive_kda_gate, the reference fla tests chunk_kda against), and the short conv by its
+    definition in fp32 torch (shifted products, then silu): exact fp32 (no TF32),
+    independent of both convs under test, and no fp32 build of fla's Triton chunk or conv
+    kernels (each one more cold-cache compile and autotune) is needed. Two precisions:
+    all-bf16 parameters (as fla's own layer tests run) and fp32 parameters under bf16
+    autocast (the conv then sees bf16 x with an fp32 weight, the production call);
   * a profiler witness: while patched, kernel-fun's conv kernels (names containing
     "cconv_fwd" / "cconv_bwd") run and fla's ("causal_conv1d_fwd_kernel" /
     "causal_conv1d_bwd_kernel") do not; unpatched, the reverse;
-  * training: 20 AdamW steps of a 2-layer KDA stack from the same initialization, fla vs
-    patched, follow the same loss curve to within LOSS_REL_TOL at every step (and the
-    witness holds in both runs).
+  * training: 20 AdamW steps (bf16 autocast, fp32 weights) of a 2-layer KDA stack at the
+    layer test's B and T from the same initialization, fla vs patched, follow the same loss
+    curve to within LOSS_REL_TOL at every step (and the witness holds in both runs).
 
 Each test prints one summary line (pytest shows it even when output is captured). On a
 machine with cold Triton caches most of the time goes to compiling and autotuning fla's
@@ -117,17 +119,48 @@ def _chunk_kda_fp32(
     return o, None
 
 
+def _causal_conv1d_fp32(
+    x: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
+    initial_state: torch.Tensor | None = None,
+    output_final_state: bool | None = False,
+    activation: str | None = None,
+    backend: str | None = None,
+    cu_seqlens: torch.Tensor | None = None,
+    chunk_indices: torch.Tensor | None = None,
+    **kwargs: object,
+) -> tuple[torch.Tensor, None]:
+    """causal_conv1d as ShortConvolution calls it in training, in fp32 torch, from the
+    definition: x [B, T, D], weight [D, W]; the tap for x[t - j] is weight[:, W-1-j]."""
+    assert bias is None and residual is None and initial_state is None
+    assert not output_final_state and cu_seqlens is None and chunk_indices is None
+    assert activation in ("silu", "swish") and not kwargs, (activation, kwargs)
+    x, w = x.float(), weight.float()
+    T, W = x.shape[1], w.shape[1]
+    z = x * w[:, W - 1]
+    for j in range(1, min(W, T)):
+        z = z + F.pad(x[:, : T - j], (0, 0, j, 0)) * w[:, W - 1 - j]
+    return F.silu(z), None
+
+
 @contextlib.contextmanager
 def _fp32_reference_kda() -> Iterator[None]:
-    """KimiDeltaAttention.forward resolves `chunk_kda` from its module's globals per call."""
+    """KimiDeltaAttention.forward resolves `chunk_kda` from its module's globals per call,
+    and ShortConvolution.forward `causal_conv1d` from its own module's."""
     import fla.layers.kda as kda_module
+    import fla.modules.causal_conv1d.ops as conv_module
 
-    saved = kda_module.chunk_kda
+    saved_kda, saved_conv = kda_module.chunk_kda, conv_module.causal_conv1d
+    assert saved_conv.__module__.startswith("fla."), "fla's conv is patched: unpatch first"
     kda_module.chunk_kda = _chunk_kda_fp32
+    conv_module.causal_conv1d = _causal_conv1d_fp32
     try:
         yield
     finally:
-        kda_module.chunk_kda = saved
+        kda_module.chunk_kda = saved_kda
+        conv_module.causal_conv1d = saved_conv
 
 
 def _allowed(e_fla: float, numel: int) -> float:
@@ -323,7 +356,9 @@ def _train(
 
 def test_training_steps_follow_fla_loss_curve(capsys):
     dev = torch.device("cuda")
-    vocab, n_layers, batch, seq = 4096, 2, 4, 512
+    # The layer test's B and T: the kernel configurations fla and kernel-fun autotune (some
+    # are keyed on the batch or the row count) are then the ones its amp run tuned.
+    vocab, n_layers, batch, seq = 4096, 2, B, T
     torch.manual_seed(0)
     init = _Stack(vocab, n_layers).to(dev)
     gen = torch.Generator(device=dev).manual_seed(2)
