@@ -181,6 +181,29 @@ def _engage() -> bool:
         return False
 
 
+def _options(
+    bias: Any,
+    residual: Any,
+    initial_state: Any,
+    output_final_state: Any,
+    cu_seqlens: Any,
+    cu_seqlens_cpu: Any,
+    chunk_indices: Any,
+    cp_context: Any,
+) -> dict[str, Any]:
+    """fla's default-only parameters by name: what the gate checks and the fallback passes."""
+    return {
+        "bias": bias,
+        "residual": residual,
+        "initial_state": initial_state,
+        "output_final_state": output_final_state,
+        "cu_seqlens": cu_seqlens,
+        "cu_seqlens_cpu": cu_seqlens_cpu,
+        "chunk_indices": chunk_indices,
+        "cp_context": cp_context,
+    }
+
+
 @torch.compiler.disable
 def causal_conv1d(
     x: torch.Tensor,
@@ -205,16 +228,10 @@ def causal_conv1d(
     package does not know, is passed to fla unchanged, so it returns (or raises) exactly what
     fla does. Errors: none of its own; fla's for inputs fla rejects.
     """
-    options = {
-        "bias": bias,
-        "residual": residual,
-        "initial_state": initial_state,
-        "output_final_state": output_final_state,
-        "cu_seqlens": cu_seqlens,
-        "cu_seqlens_cpu": cu_seqlens_cpu,
-        "chunk_indices": chunk_indices,
-        "cp_context": cp_context,
-    }
+    options = _options(
+        bias, residual, initial_state, output_final_state,
+        cu_seqlens, cu_seqlens_cpu, chunk_indices, cp_context,
+    )  # fmt: skip
     reason = _unsupported_reason(x, weight, activation, backend, options, kwargs)
     if reason is None and not _engage():
         reason = "fla drift found by the compatibility probe (see the error logged above)"
@@ -248,16 +265,10 @@ def is_supported(
 ) -> tuple[bool, str]:
     """Would `causal_conv1d` with these arguments run our kernels? Returns (ok, reason):
     (True, "supported") or (False, why it would go to fla). Reads the env switches now."""
-    options = {
-        "bias": bias,
-        "residual": residual,
-        "initial_state": initial_state,
-        "output_final_state": output_final_state,
-        "cu_seqlens": cu_seqlens,
-        "cu_seqlens_cpu": cu_seqlens_cpu,
-        "chunk_indices": chunk_indices,
-        "cp_context": cp_context,
-    }
+    options = _options(
+        bias, residual, initial_state, output_final_state,
+        cu_seqlens, cu_seqlens_cpu, chunk_indices, cp_context,
+    )  # fmt: skip
     reason = _unsupported_reason(x, weight, activation, backend, options, kwargs)
     return (reason is None, reason or "supported")
 
