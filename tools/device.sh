@@ -3,6 +3,9 @@
 #   STAGES="env cconv layer ladder common prodtime" OUT=out bash tools/device.sh  (make device)
 # Each stage writes $OUT/<stage>.log; `gpu-test` is all GPU tests at once, `cconv`, `layer`,
 # `ladder` and `common` are its parts, for calls that must each end within a time limit.
+# Stages joined by `+` run at the same time (e.g. STAGES="cconv+layer+common ladder prodtime"):
+# cold caches make the test groups compile-bound on the CPU, so they overlap well; stages
+# that time things (ladder, bench, prodtime) belong alone.
 # Wheels in .whl/ (fla-core, flash-linear-attention, libcst, ruff) are installed into a
 # private target first when fla or libcst is missing. Logs, records and JSON land in $OUT; the last lines
 # printed are a summary table.
@@ -23,19 +26,21 @@ if ! "$PY" -c "import fla, libcst" >/dev/null 2>&1 && compgen -G ".whl/*.whl" >/
 fi
 export PYTHONPATH="$PWD:$PWD/package/src${PYTHONPATH:+:$PYTHONPATH}"
 
-declare -A RESULT
-run_stage() {  # name, command...
+DONE=()
+run_stage() {  # name, command...; the outcome goes to $OUT/<name>.rc (stages may run at once)
   local name=$1
   shift
   local t0=$SECONDS
   echo "=== $name: $*"
   "$@" >"$OUT/$name.log" 2>&1
   local rc=$?
-  RESULT[$name]="rc=$rc $((SECONDS - t0))s"
+  echo "rc=$rc $((SECONDS - t0))s" >"$OUT/$name.rc"
+  echo "=== $name done: rc=$rc $((SECONDS - t0))s"
   tail -n 25 "$OUT/$name.log"
 }
 
-for stage in $STAGES; do
+one_stage() {
+  local stage=$1
   case $stage in
     env)
       run_stage env bash -c "nvidia-smi; $PY -c 'import kernel_fun, json; print(json.dumps(kernel_fun.versions()))'"
@@ -72,12 +77,29 @@ for stage in $STAGES; do
       ;;
     *)
       echo "unknown stage $stage (env gpu-test cconv layer ladder common bench drift prodtime)" >&2
-      exit 2
+      return 2
       ;;
   esac
+}
+
+for group in $STAGES; do
+  IFS=+ read -r -a members <<<"$group"
+  if ((${#members[@]} == 1)); then
+    one_stage "${members[0]}" || exit 2
+  else
+    pids=()
+    for stage in "${members[@]}"; do
+      one_stage "$stage" &
+      pids+=($!)
+    done
+    for pid in "${pids[@]}"; do wait "$pid" || exit 2; done
+  fi
+  DONE+=("${members[@]}")
 done
 
 echo "=== summary"
-for stage in "${!RESULT[@]}"; do
-  printf '  %-14s %s\n' "$stage" "${RESULT[$stage]}"
+for stage in "${DONE[@]}"; do
+  for f in "$OUT/$stage".rc "$OUT/$stage"-*.rc; do
+    [[ -f $f ]] && printf '  %-14s %s\n' "$(basename "$f" .rc)" "$(cat "$f")"
+  done
 done
