@@ -8,7 +8,10 @@ How it measures (docs/DESIGN.md "Bench records"):
    nothing is timed.
 2. Per shape and direction (fwd, bwd, fwd+bwd through autograd), candidate and fla are timed
    interleaved in blocks with CUDA events (ladder.timing), rotating through enough fresh
-   input sets that each block's working set exceeds the L2.
+   input sets that each block's working set exceeds the L2. A family's
+   ``baseline_retune()`` runs first, then one untimed baseline call, so fla is timed with
+   the configuration it tunes at this shape (not one picked at another shape or read from
+   a disk cache another process wrote).
 3. The copy ceiling: a device-to-device ``copy_`` of a buffer several times the L2, timed as
    a third side in every interleaved set of step 2, so it sees the same clocks and drift as
    the kernels; TB/s counts bytes read + written. bwd alone calls each side's
@@ -387,6 +390,11 @@ def _time_shape(
         1, min(MAX_ROTATION_SETS, math.ceil(ROTATE_L2_FACTOR * l2 / fam.min_bytes(shape, "bwd")))
     )
     sets = [fam.make_inputs(shape, dev, seed + k) for k in range(n_sets)]
+    retune = getattr(fam, "baseline_retune", None)
+    if retune is not None:  # the baseline is timed with its pick for this shape
+        retune()
+        fam.baseline_fwd(*sets[0][:2])
+        fam.baseline_bwd(*sets[0])
     leaves = [
         (x.detach().requires_grad_(True), w.detach().requires_grad_(True), dy) for x, w, dy in sets
     ]

@@ -302,3 +302,32 @@ def test_git_state_from_a_repository(tmp_path: Path) -> None:
         bench.git_state(tmp_path, allow_dirty=False, environ={})
     state = bench.git_state(tmp_path, allow_dirty=True, environ={})
     assert state.dirty is True and state.commit == head
+
+
+def test_baseline_is_retuned_at_each_shape_before_it_is_timed(root: Path, monkeypatch) -> None:
+    """A family's baseline_retune runs once per timed shape, right before one untimed
+    baseline call at that shape, so the baseline's autotuning sees the shape it is timed at."""
+    fam = paths.load_family("toy", root)
+    events: list[object] = []
+    fwd, bwd = fam.baseline_fwd, fam.baseline_bwd
+
+    def spy_fwd(x, w):
+        events.append(("fwd", tuple(x.shape)))
+        return fwd(x, w)
+
+    def spy_bwd(x, w, dy):
+        events.append(("bwd", tuple(x.shape)))
+        return bwd(x, w, dy)
+
+    monkeypatch.setattr(fam, "baseline_retune", lambda: events.append("retune"), raising=False)
+    monkeypatch.setattr(fam, "baseline_fwd", spy_fwd)
+    monkeypatch.setattr(fam, "baseline_bwd", spy_bwd)
+    rec, _ = bench.run_bench(_opts(root, "1"), runtime=CpuRuntime())
+    assert rec["status"] == "passed"
+    timed = [(s["B"], s["T"], s["D"]) for s in rec["shapes"]]
+    starts = [i for i, e in enumerate(events) if e == "retune"]
+    assert len(starts) == len(timed) == 2
+    for i, shape in zip(starts, timed):
+        assert events[i + 1 : i + 3] == [("fwd", shape), ("bwd", shape)]
+    # correctness (before any timing) calls the baseline without a retune in between
+    assert events[0] != "retune"

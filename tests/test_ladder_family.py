@@ -177,3 +177,34 @@ def test_fla_forward_kernel_agrees_with_the_oracle_on_the_interpreter() -> None:
     for same, flipped in rows:
         assert same < 1e-5
         assert flipped > 1e-2
+
+
+def test_baseline_retune_forgets_fla_conv_picks_and_its_disk_cache() -> None:
+    """fla's conv autotuners (keyed on D and W only, picks kept on disk by default) are made
+    to tune again: disk cache off, in-memory picks gone, every other autotuner untouched."""
+    from triton.runtime.autotuner import Autotuner
+
+    ops = family._ops()
+
+    def tuner(obj):
+        while obj is not None and not isinstance(obj, Autotuner):
+            obj = getattr(obj, "fn", None)
+        return obj
+
+    fwd, bwd = tuner(ops.causal_conv1d_fwd_kernel), tuner(ops.causal_conv1d_bwd_kernel)
+    assert fwd is not None and bwd is not None
+    saved = [(t, t.cache_results, dict(t.cache)) for t in (fwd, bwd)]
+    try:
+        for t in (fwd, bwd):
+            t.cache_results = True
+            t.cache[(2048, 4)] = t.configs[0]
+        reset = family.baseline_retune()
+        assert {"causal_conv1d_fwd_kernel", "causal_conv1d_bwd_kernel"} <= set(reset)
+        for t in (fwd, bwd):
+            assert t.cache_results is False and t.cache == {}
+        assert all(tuner(getattr(ops, name)) is not None for name in reset)
+    finally:
+        for t, flag, cache in saved:
+            t.cache_results = flag
+            t.cache.clear()
+            t.cache.update(cache)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -189,6 +190,7 @@ def test_cli_passes_options_through_and_writes_the_report(tmp_path, monkeypatch)
     template = _report()
     monkeypatch.setattr(prodtime, "_require_gpu", lambda: None)
     monkeypatch.setattr(prodtime, "_device_info", lambda: template["device"])
+    monkeypatch.delenv("FLA_CACHE_RESULTS", raising=False)
 
     def conv(D, iters, warmup, console):
         calls.append(("conv", D, iters, warmup))
@@ -213,7 +215,10 @@ def test_cli_passes_options_through_and_writes_the_report(tmp_path, monkeypatch)
         "layer_steps": 4,
         "warmup": 2,
         "layer_precision": "bf16",
+        "fla_autotune_in_process": report["settings"]["fla_autotune_in_process"],
+        "FLA_CACHE_RESULTS_before": None,
     }
+    assert os.environ["FLA_CACHE_RESULTS"] == "0"  # fla tunes in the run, not from disk
     assert report["versions"]["kernel_fun"] and report["versions"]["fla"]
     assert report["created"].endswith("+00:00") and "--iters" in report["command"]
     assert "1.08x" in result.output  # the layer table was printed

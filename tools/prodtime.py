@@ -14,7 +14,8 @@ in one process on one GPU:
           of --iters calls after warm-up (autotuning happens there). Inputs are rotated
           through enough copies to exceed 3x the L2 cache when one call's bytes do not (never
           at these shapes). kernel-fun's results are compared with fla's first; a kernel
-          that disagrees is not timed.
+          that disagrees is not timed. fla's autotuning happens in this process at these
+          shapes: its disk cache of picks (FLA_CACHE_RESULTS) is turned off.
   layer   fla.layers.KimiDeltaAttention (B8 T8192, hidden 2048, 16 heads of 128, expand_v 2,
           conv_size 4), forward + backward, fla vs `kernel_fun.patched_fla()`, interleaved
           the same way; and from one torch.profiler step of each, the GPU time spent in the
@@ -37,6 +38,7 @@ import datetime as dt
 import enum
 import json
 import math
+import os
 import shlex
 import sys
 import time
@@ -499,6 +501,12 @@ def main(
 ) -> None:
     """Time fla vs kernel-fun at the production conv call and in a KDA layer step."""
     _require_gpu()
+    # fla keys its conv autotuning on (D, W) only and, by default, reuses picks another
+    # process left on disk (made at any shape, maybe under load): tune here, at these shapes.
+    # (Read once, when fla is first imported: a fresh process, as `make prodtime` runs it.)
+    fla_cache = os.environ.get("FLA_CACHE_RESULTS")
+    tuned_here = "fla" not in sys.modules
+    os.environ["FLA_CACHE_RESULTS"] = "0"
     import kernel_fun
 
     console = Console()
@@ -515,6 +523,8 @@ def main(
             "layer_steps": layer_steps,
             "warmup": warmup,
             "layer_precision": layer_precision.value,
+            "fla_autotune_in_process": tuned_here,
+            "FLA_CACHE_RESULTS_before": fla_cache,
         },
         "conv": [],
         "layer": None,

@@ -341,10 +341,18 @@ def test_cuda_graph_capture_replays_bit_identical(monkeypatch):
     B, T, D, W = 4, 2048, 1024, 4
     x, w, dy = make(B, T, D, W, bf16, f32)
     mod = _Conv(w).cuda()
-    xe = x.detach().requires_grad_()
-    ref_y = mod(xe)
-    ref_y.backward(dy)
-    ref = (ref_y.detach().clone(), xe.grad.clone(), mod.w.grad.clone())
+
+    def eager() -> tuple[torch.Tensor, ...]:
+        # Nothing of this graph may outlive the call: torch keeps the parameter's
+        # AccumulateGrad node, made here on the default stream, for as long as the graph
+        # lives, and capturing a backward through it on the side stream would then make the
+        # default stream wait on the capturing one, which CUDA refuses.
+        xe = x.detach().requires_grad_()
+        y = mod(xe)
+        y.backward(dy)
+        return y.detach().clone(), xe.grad.clone(), mod.w.grad.clone()
+
+    ref = eager()  # also the eager fwd + bwd that makes the shape capturable
     mod.w.grad = None
 
     # During capture and replay nothing may reach fla: make the fallback fail loudly.

@@ -38,6 +38,7 @@ __all__ = [
     "baseline_autograd",
     "baseline_bwd",
     "baseline_fwd",
+    "baseline_retune",
     "make_inputs",
     "min_bytes",
     "reference",
@@ -168,6 +169,32 @@ def _ops():
     from fla.modules.causal_conv1d import ops
 
     return ops
+
+
+def baseline_retune() -> list[str]:
+    """Make fla's conv kernels autotune again at their next call, i.e. at the next shape.
+
+    fla keys the autotuning of its conv kernels on (D, W) alone, and with its default
+    FLA_CACHE_RESULTS=1 Triton keeps each pick on disk: without this, fla would be timed with
+    the configuration tuned at whichever shape first ran with that D and W on the machine,
+    maybe in another process, maybe under load (seen on the H200: fla's prod forward at
+    D2048 timed 0.64 ms with a pick made by the GPU tests at small T, 0.39 ms tuned at prod).
+    For every autotuner in fla's conv module this turns the disk cache off and forgets the
+    picks. Returns the names of the kernels reset (empty when fla has none there).
+    """
+    from triton.runtime.autotuner import Autotuner
+
+    reset = []
+    for name, obj in sorted(vars(_ops()).items()):
+        seen = 0
+        while obj is not None and seen < 8:  # heuristics / autotune / jit wrappers
+            if isinstance(obj, Autotuner):
+                obj.cache_results = False
+                obj.cache.clear()
+                reset.append(name)
+                break
+            obj, seen = getattr(obj, "fn", None), seen + 1
+    return reset
 
 
 def _device_ctx(t: torch.Tensor):
