@@ -12,6 +12,7 @@ import contextlib
 import importlib.util
 import os
 import shutil
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -843,6 +844,30 @@ def test_two_runs_are_byte_identical_and_a_commit_reproduces(tmp_path):
     assert res.code == 0 and "no changes" in res.stdout
 
 
+def test_family_edits_outside_what_the_vendor_reads_do_not_move_the_pin(tmp_path):
+    """A later commit that edits family.py (shapes, the baseline...) but not FAMILY,
+    ENTRY_POINTS, VENDOR or TARGET_DEVICE leaves the vendor output byte for byte as it was;
+    a change to VENDOR moves SOURCE_COMMIT to that commit."""
+    lad = one_idea(tmp_path, BRANCHY)
+    rid = lad.add_record("001-first", {"TOY_N": 6})
+    source = lad.commit("record")
+    assert lad.vendor().code == 0
+    lad.commit("vendor")
+    first = lad.package_bytes()
+    assert _provenance(lad)["SOURCE_COMMIT"] == source
+    family = f"ladder/kernels/{lad.family}/family.py"
+    text = lad.read(family).decode()
+    lad.write(family, text + '\nSHAPES = {"prod": []}\n\n\ndef baseline_retune():\n    return []\n')
+    lad.commit("family: harness-only edit")
+    res = lad.vendor()
+    assert res.code == 0, res.stderr
+    assert lad.package_bytes() == first and "0 file(s) changed" in res.stdout
+    lad.set_family({"001-first": {"kernel": "first"}, "002-later": {"kernel": "later"}})
+    moved = lad.commit("family: map another idea")
+    assert lad.vendor("--record", rid).code == 0
+    assert _provenance(lad)["SOURCE_COMMIT"] == moved
+
+
 @pytest.mark.parametrize("fail_at", [1, 2, 3, 4])
 def test_a_failure_while_swapping_leaves_the_package_untouched(tmp_path, monkeypatch, fail_at):
     lad = one_idea(tmp_path, PLAIN)
@@ -1145,6 +1170,23 @@ def test_real_repository_package_is_what_the_vendor_makes():
     assert {k: result.provenance[k] for k in vl.PROVENANCE_KEYS if k != "VENDOR"} == {
         k: prov[k] for k in vl.PROVENANCE_KEYS if k != "VENDOR"
     }
+
+
+def test_real_repository_vendor_at_head_changes_nothing():
+    """`make vendor FAMILY=cconv` on a clean checkout is a no-op: the committed package is
+    what the vendor makes from HEAD (pinned to the last commit that changed an input)."""
+    repo = vl.TOOL_ROOT
+    if not (repo / "package/src/kernel_fun/cconv/_provenance.py").is_file():
+        pytest.skip("cconv is not vendored in this checkout yet (no _provenance.py)")
+    if subprocess.run(
+        ["git", "-C", str(repo), "status", "--porcelain", "--", "tools", "ladder", "package"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip():
+        pytest.skip("this checkout has uncommitted changes under tools/, ladder/ or package/")
+    res = invoke(vendor.app, ["cconv", "--repo", str(repo), "--dry-run"])
+    assert res.code == 0, res.stderr
+    assert "no changes: the package already is this vendor output" in res.stdout, res.stdout
 
 
 def test_real_repository_vendor_at_the_source_commit_changes_nothing():

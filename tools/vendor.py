@@ -158,25 +158,50 @@ def print_inventory(console: Console, result: vl.VendorResult) -> None:
         console.print("  " + "  ".join([*cells, r[4]]).rstrip(), markup=False)
 
 
+def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+
+
+def spec_commit(repo: Path, head: str, spec: vl.FamilySpec) -> str | None:
+    """The newest commit at or before ``head`` that changed what the vendor reads from
+    family.py (FAMILY, ENTRY_POINTS, VENDOR, TARGET_DEVICE: the FamilySpec); edits to the
+    rest of the file (shapes, tolerances, the baseline, the oracle) do not count. None when
+    git has no history of the file."""
+    rel = f"{spec.family_dir}/family.py"
+    proc = _git(repo, "log", "--format=%H", head, "--", rel)
+    if proc.returncode != 0:
+        raise vl.VendorError(f"cannot read the history of {rel}: {proc.stderr.strip()}")
+    for commit in proc.stdout.split():
+        try:
+            now = vl.load_family_spec(repo, commit, spec.family)
+        except vl.VendorError:
+            return commit  # unreadable then: count it as a change, to be safe
+        try:
+            before = vl.load_family_spec(repo, f"{commit}^", spec.family)
+        except vl.VendorError:
+            return commit  # the first commit of the file (or of the repository)
+        if now != before:
+            return commit
+    return None
+
+
 def inputs_commit(repo: Path, head: str, spec: vl.FamilySpec, result: vl.VendorResult) -> str:
     """The newest commit at or before ``head`` that changed anything the output depends on:
-    the vendored source modules, the winning record, family.py and pyproject.toml (ruff's
-    configuration)."""
-    paths = [
-        *sorted(result.sources),
-        result.record_path,
-        f"{spec.family_dir}/family.py",
-        "pyproject.toml",
-    ]
-    proc = subprocess.run(
-        ["git", "-C", str(repo), "log", "-1", "--format=%H", head, "--", *paths],
-        capture_output=True,
-        text=True,
-    )
+    the vendored source modules, the winning record, pyproject.toml (ruff's configuration)
+    and the FamilySpec literals of family.py (see spec_commit)."""
+    paths = [*sorted(result.sources), result.record_path, "pyproject.toml"]
+    proc = _git(repo, "log", "-1", "--format=%H", head, "--", *paths)
     found = proc.stdout.strip()
     if proc.returncode != 0 or not found:
         raise vl.VendorError(f"cannot find the commit that last changed {paths[0]}: {proc.stderr}")
-    return found
+    family_change = spec_commit(repo, head, spec)
+    if family_change is None or family_change == found:
+        return found
+    if _git(repo, "merge-base", "--is-ancestor", family_change, found).returncode == 0:
+        return found
+    if _git(repo, "merge-base", "--is-ancestor", found, family_change).returncode == 0:
+        return family_change
+    return head  # unrelated branches: no older commit is known to hold the same inputs
 
 
 @app.command()

@@ -28,5 +28,5 @@ OUTPUT_FILES = {
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "b1bff1a4eb2baa7f5274823f73c2580465a9df79a42c1845ae90e41f34c99a43",
+    "tool_sha256": "2a4960f592c2a4aba30277f5dfabf82e960ef600cd08ef2356194031cb40ae5f",
 }
