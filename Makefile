@@ -25,7 +25,7 @@ help:  ## list the targets
 setup:  ## create .venv with everything the CPU tests need (keeps an installed torch/triton)
 	bash tools/setup.sh
 
-test:  ## every CPU test (GPU tests skip with a reason)
+test:  ## every CPU test (GPU-marked tests are deselected; `make gpu-test` runs them)
 	$(PY) -m pytest -q -m "not gpu" tests package/tests
 
 gpu-test:  ## every GPU test, incl. an end-to-end prod bench (needs a CUDA GPU, sm90+)
@@ -59,5 +59,5 @@ prodtime:  ## fla vs kernel_fun at the production call and in a KDA layer step (
 device:  ## GPU stages in one call, logs and records under OUT (STAGES="env cconv layer ...")
 	OUT=$(OUT) PY=$(PY) $(if $(STAGES),STAGES="$(STAGES)") bash tools/device.sh
 
-clean:
-	rm -rf dist build package/build .pytest_cache .ruff_cache
+clean:  ## remove build outputs, caches and egg-info (not .venv)
+	rm -rf dist build package/build package/src/*.egg-info .pytest_cache .ruff_cache

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -221,6 +222,8 @@ def test_cli_passes_options_through_and_writes_the_report(tmp_path, monkeypatch)
     assert os.environ["FLA_CACHE_RESULTS"] == "0"  # fla tunes in the run, not from disk
     assert report["versions"]["kernel_fun"] and report["versions"]["fla"]
     assert report["created"].endswith("+00:00") and "--iters" in report["command"]
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True)
+    assert report["commit"] == (head.stdout.decode().strip() if head.returncode == 0 else None)
     assert "1.08x" in result.output  # the layer table was printed
 
     calls.clear()

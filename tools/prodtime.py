@@ -258,6 +258,19 @@ def _usage_error(message: str) -> None:
     raise typer.Exit(EXIT_USAGE)
 
 
+def _git_head(where: Path) -> str | None:
+    """HEAD of the git checkout holding `where` (None for an installed wheel or no git)."""
+    import subprocess
+
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True, text=True
+        )
+    except OSError:
+        return None
+    return proc.stdout.strip() or None if proc.returncode == 0 else None
+
+
 def _device_info() -> dict[str, Any]:
     import torch
 
@@ -518,6 +531,7 @@ def main(
         "device": _device_info(),
         "versions": kernel_fun.versions(),
         "kernel_fun_path": str(Path(kernel_fun.__file__).parent),
+        "commit": _git_head(Path(kernel_fun.__file__).parent),
         "settings": {
             "iters": iters,
             "layer_steps": layer_steps,

@@ -41,8 +41,8 @@ PYEOF
 "$VPY" -m pip install -q -c "$CONSTRAINTS" --no-build-isolation -e package 2>/dev/null \
   || "$VPY" -m pip install -q -c "$CONSTRAINTS" -e package
 "$VPY" - <<'PYEOF'
+from importlib.metadata import version
 import torch, triton, fla, libcst, kernel_fun
 print(f"setup done: torch {torch.__version__}, triton {triton.__version__}, "
-      f"fla {fla.__version__}, libcst {libcst.__version__ if hasattr(libcst, '__version__') else '?'}, "
-      f"kernel_fun {kernel_fun.__version__}")
+      f"fla {fla.__version__}, libcst {version('libcst')}, kernel_fun {kernel_fun.__version__}")
 PYEOF

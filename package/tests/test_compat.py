@@ -246,6 +246,21 @@ def test_module_that_fails_to_import_is_drift(tmp_path, monkeypatch):
         compat.check_fla()
 
 
+def test_a_missing_dependency_of_fla_is_named_not_called_drift(tmp_path, monkeypatch):
+    """fla-core 0.6.0 imports `packaging` without declaring it: the error says what to install
+    instead of claiming fla moved something."""
+    (tmp_path / "kf_fake_needs_dep.py").write_text("import kf_fake_absent_dependency\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "kf_fake_needs_dep", raising=False)
+    _table(_conv_row("kf_fake_needs_dep"), monkeypatch=monkeypatch)
+    assert compat.probe_fla().missing_dependencies == ["kf_fake_absent_dependency"]
+    with pytest.raises(compat.FlaDriftError) as info:
+        compat.check_fla()
+    message = str(info.value)
+    assert "pip install kf_fake_absent_dependency" in message
+    assert "moved" not in message and "KERNEL_FUN_FALLBACK" in message
+
+
 def test_fallback_switch_turns_drift_into_a_warning_and_false(fake_fla, monkeypatch, caplog):
     fake_fla(kf_fake_ops={"causal_conv1d": _renamed_keyword})
     _table(_conv_row("kf_fake_ops"), monkeypatch=monkeypatch)

@@ -109,7 +109,7 @@ def test_wheel_requirements_have_floors_the_fla_cap_and_optional_cute(wheel):
     meta = _metadata(wheel)
     reqs = [Requirement(r) for r in meta.get_all("Requires-Dist")]
     hard = {r.name: r for r in reqs if r.marker is None}
-    assert set(hard) == {"torch", "triton", "fla-core"}
+    assert set(hard) == {"torch", "triton", "fla-core", "packaging"}
     for name in ("torch", "triton"):
         assert any(s.operator == ">=" for s in hard[name].specifier), hard[name]
     fla = hard["fla-core"].specifier
@@ -130,6 +130,9 @@ def test_wheel_installs_and_imports_in_a_bare_venv(wheel, tmp_path):
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=False, system_site_packages=False, clear=True).create(env_dir)
     python = env_dir / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    # Without this tree's PYTHONPATH: a kernel_fun.egg-info left in package/src by a plain
+    # `pip install ./package` would make pip think the wheel is installed already.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     _run(
         [
             sys.executable,
@@ -143,7 +146,8 @@ def test_wheel_installs_and_imports_in_a_bare_venv(wheel, tmp_path):
             "--disable-pip-version-check",
             "--quiet",
             str(wheel),
-        ]
+        ],
+        env=env,
     )
     probe = (
         "import importlib.metadata as md, json, sys\n"
@@ -154,7 +158,6 @@ def test_wheel_installs_and_imports_in_a_bare_venv(wheel, tmp_path):
         " 'dist': md.version('kernel-fun'), 'versions': kernel_fun.versions(),"
         " 'heavy': heavy}))\n"
     )
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     proc = _run([str(python), "-c", probe], cwd=tmp_path, env=env)
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert Path(out["file"]).resolve().is_relative_to(env_dir.resolve())

@@ -180,11 +180,23 @@ class FlaProbe:
     version    fla.__version__ (or "unknown")
     resolved   symbol key -> the module path it was found in
     problems   one line per drift found; empty when everything is where the tables say
+    missing_dependencies  modules outside fla that fla's modules failed to import (installed
+               fla, missing dependency: not drift, but no fla module works without them)
     """
 
     version: str
     resolved: dict[str, str] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    missing_dependencies: list[str] = field(default_factory=list)
+
+
+def _missing_dependency(why: str) -> str | None:
+    """The module name in a `_import` failure when it is a module outside fla."""
+    prefix = "ModuleNotFoundError: No module named '"
+    if not why.startswith(prefix):
+        return None
+    name = why[len(prefix) :].split("'")[0]
+    return None if name.split(".")[0] == "fla" else name
 
 
 def _import(path: str) -> tuple[Any | None, str | None]:
@@ -257,6 +269,10 @@ def _probe(symbols: tuple[FlaSymbol, ...]) -> FlaProbe:
                 f"{sym.name} ({sym.used_by}) is in none of its known modules in fla "
                 f"{version}: " + "; ".join(misses)
             )
+            for miss in misses:
+                dep = _missing_dependency(miss.split(" (", 1)[-1].rstrip(")"))
+                if dep and dep not in probe.missing_dependencies:
+                    probe.missing_dependencies.append(dep)
             continue
         probe.resolved[sym.key] = path
         probe.problems.extend(_keyword_problems(sym, path, obj, version))
@@ -297,6 +313,13 @@ def check_fla() -> bool:
             logging.WARNING,
         )
         return False
+    if probe.missing_dependencies:
+        deps = " ".join(probe.missing_dependencies)
+        raise FlaDriftError(
+            f"fla {probe.version} is installed but its modules cannot be imported: it needs "
+            f"{deps}, which is not installed (fla does not declare it); `pip install {deps}`, "
+            f"or set KERNEL_FUN_FALLBACK=1 to fall back to fla. Details: {summary}"
+        )
     raise FlaDriftError(
         f"fla {probe.version} moved what kernel-fun calls: {summary}. Install a tested fla "
         f"({', '.join(sorted(TESTED_FLA))}) or set KERNEL_FUN_FALLBACK=1 to fall back to fla."
