@@ -16,6 +16,8 @@ STAGES ?=
 SHAPES ?= all
 STRICT ?=
 OUT ?= out
+# Yes/no switches (DRY_RUN, STRICT, JSON): on for 1/yes/true/on, off when unset, 0, no, ...
+on = $(filter 1 yes true on,$(shell echo '$(1)' | tr A-Z a-z))
 
 .PHONY: help setup test gpu-test lint vendor drift bench board winner wheel prodtime device clean
 
@@ -36,10 +38,10 @@ lint:  ## ruff check + format check
 	$(PY) -m ruff format --check .
 
 vendor:  ## promote FAMILY's winner into package/ (IDEA=NNN RECORD=id COMMIT=sha DRY_RUN=1 optional)
-	$(PY) tools/vendor.py $(FAMILY) $(if $(IDEA),--idea $(IDEA)) $(if $(RECORD),--record $(RECORD)) $(if $(COMMIT),--commit $(COMMIT)) $(if $(DRY_RUN),--dry-run)
+	$(PY) tools/vendor.py $(FAMILY) $(if $(IDEA),--idea $(IDEA)) $(if $(RECORD),--record $(RECORD)) $(if $(COMMIT),--commit $(COMMIT)) $(if $(call on,$(DRY_RUN)),--dry-run)
 
 drift:  ## is the package what vendor makes of its recorded source? (STRICT=1: stale is fatal)
-	$(PY) tools/drift.py $(if $(STRICT),--strict) $(if $(JSON),--json)
+	$(PY) tools/drift.py $(if $(call on,$(STRICT)),--strict) $(if $(call on,$(JSON)),--json)
 
 bench:  ## bench IDEA of FAMILY on the GPU (SHAPES=prod|sweep|all)
 	$(PY) -m ladder bench $(FAMILY) $(IDEA) --shapes $(SHAPES)

@@ -491,6 +491,8 @@ def run_bench(
     rt = runtime if runtime is not None else GpuRuntime()
     if opts.rounds < 1 or opts.reps < 1:
         raise LadderError("--rounds and --reps must be at least 1")
+    if opts.warmup < 0:
+        raise LadderError(f"--warmup must be 0 or more, got {opts.warmup}")
     check_seed(opts.seed)
     fam = paths.load_family(opts.family, opts.root)
     shapes = select_shapes(fam, opts.shapes, BENCH_SHAPE_SETS)

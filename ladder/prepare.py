@@ -132,6 +132,29 @@ def _drop_idea_modules(family: str, folders: Sequence[str]) -> None:
             del sys.modules[name]
 
 
+def _check_knob_rules(
+    fam: ModuleType,
+    found: Mapping[str, knobs.Knob],
+    given: Mapping[str, str],
+    environ: Mapping[str, str],
+) -> None:
+    """Refuse a knob value outside the family's KNOB_RULES, from --knob or the environment."""
+    rules = getattr(fam, "KNOB_RULES", None) or {}
+    for key in sorted(set(found) & set(rules)):
+        raw = environ.get(key)
+        if raw is None:
+            continue
+        try:
+            value = knobs.parse_value(found[key], raw)
+        except knobs.KnobError as exc:
+            raise LadderError(f"{key}={raw} in the environment: {exc}") from None
+        allowed, test = rules[key]
+        if not test(value):
+            where = f"--knob {key}={raw}" if key in given else f"{key}={raw} in the environment"
+            fix = "" if key in given else f"; unset it (`unset {key}`)"
+            raise LadderError(f"{where}: {key} must be {allowed} (family KNOB_RULES){fix}")
+
+
 def prepare_idea(
     family: str,
     ref: str,
@@ -163,8 +186,12 @@ def prepare_idea(
             knobs.parse_value(found[key], value)
         except knobs.KnobError as exc:
             raise LadderError(f"--knob {key}={value}: {exc}") from None
+        if found[key].kind == "bool" and value not in ("0", "1"):
+            # The code would quietly read e.g. "true" as off (it compares with one string).
+            raise LadderError(f"--knob {key}={value}: {key} is a bool knob; give 0 or 1")
     env = {k: str(v) for k, v in (defaults or {}).items() if k in found and k not in given}
     env.update(given)
+    _check_knob_rules(fam, found, given, {**os.environ, **env})
     prepared = PreparedIdea(
         family=family,
         folder=folder,

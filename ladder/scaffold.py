@@ -11,6 +11,7 @@ from ladder.paths import LadderError
 __all__ = ["SLUG_RE", "new_idea"]
 
 SLUG_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*\Z")  # \Z: no trailing newline
+SLUG_MAX = 64  # folder names stay well inside every file system's limit
 
 
 def _kernel_py(family: str, folder: str, entry_points: tuple[str, ...], args: dict) -> str:
@@ -58,6 +59,8 @@ def new_idea(family: str, slug: str, root: Path | None = None) -> Path:
     used, or no number left.
     """
     fam = paths.load_family(family, root)
+    if len(slug) > SLUG_MAX:
+        raise LadderError(f"slug is {len(slug)} characters long; keep it to {SLUG_MAX} or fewer")
     if not SLUG_RE.match(slug):
         raise LadderError(
             f"slug {slug!r} is not kebab-case (lower-case letters and digits joined by '-'); "

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -248,6 +250,44 @@ def test_kernels_without_provenance_is_tampered(tmp_path, committed):
         assert family(report(lad)[1])["vendored"] is True  # now an ordinary edit
         lad.git("checkout", "--", kernel_path(lad).relative_to(lad.root).as_posix())
     assert report(lad, "--strict")[0] == 0
+
+
+def test_deleting_kernels_and_provenance_of_a_vendored_family_is_tampered(tmp_path):
+    """Vendored at HEAD, both deleted in the working tree: the package can no longer import
+    its kernels, so this is tampering (fatal), not "not vendored" (advisory)."""
+    lad = vendored(tmp_path)
+    shutil.rmtree(lad.root / lad.package / "_kernels")
+    provenance_path(lad).unlink()
+    code, payload = report(lad)
+    fam = family(payload)
+    assert code == 1 and fam["status"] == "drift" and fam["vendored"] is False
+    (msg,) = fam["tampered"]
+    assert "committed at HEAD but missing here" in msg and "git checkout --" in msg
+    lad.git("checkout", "--", lad.package)
+    assert report(lad, "--strict")[0] == 0
+
+
+def test_a_repository_without_families_is_a_usage_error(tmp_path):
+    repo = tmp_path / "empty"
+    repo.mkdir()
+    for args in (
+        ["init", "-q"],
+        [
+            "-c",
+            "user.email=a@b",
+            "-c",
+            "user.name=a",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "empty",
+        ],
+    ):
+        subprocess.run(["git", "-C", str(repo), *args], check=True)
+    out = invoke(drift.app, ["--repo", str(repo)])
+    assert out.code == 2
+    assert out.stderr.startswith("drift: no families in") and out.stderr.count("\n") == 1
 
 
 def test_only_bytecode_in_kernels_is_not_vendored(tmp_path):

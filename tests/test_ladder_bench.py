@@ -227,6 +227,10 @@ def test_usage_errors_come_before_any_measurement(root: Path) -> None:
         bench.run_bench(_opts(root, "0", shapes="small"), runtime=CpuRuntime())
     with pytest.raises(paths.BadIdea, match="does not define toy_bwd"):
         bench.run_bench(_opts(root, "2"), runtime=CpuRuntime())
+    records_before = sorted(root.rglob("records/*.json"))
+    with pytest.raises(paths.LadderError, match="--warmup must be 0 or more, got -1"):
+        bench.run_bench(_opts(root, "1", warmup=-1), runtime=CpuRuntime())
+    assert sorted(root.rglob("records/*.json")) == records_before
     assert list(root.rglob("*.tmp")) == []
 
 

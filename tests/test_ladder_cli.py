@@ -193,6 +193,13 @@ def test_new_refuses_bad_and_taken_slugs(tmp_path: Path) -> None:
     assert sorted(p.name for p in (root / "kernels/toy/ideas").iterdir())[-1] == "003-wrong-taps"
 
 
+def test_new_refuses_a_slug_too_long_for_a_folder_name(tmp_path: Path) -> None:
+    root = copy_toy(tmp_path)
+    before = sorted(p.name for p in (root / "kernels/toy/ideas").iterdir())
+    assert_only_line(run("new", "toy", "a" * 300, root=root), "keep it to 64 or fewer")
+    assert sorted(p.name for p in (root / "kernels/toy/ideas").iterdir()) == before
+
+
 def test_new_refuses_a_slug_ending_in_a_newline(tmp_path: Path) -> None:
     root = copy_toy(tmp_path)
     before = sorted(p.name for p in (root / "kernels/toy/ideas").iterdir())

@@ -122,6 +122,7 @@ def test_knobs_include_imported_ideas_and_apply_before_import(monkeypatch) -> No
         (["TOY_BLOCK=big"], "--knob TOY_BLOCK=big"),
         (["TOY_BLOCK"], "--knob takes KEY=VALUE"),
         (["TOY_BLOCK=1", "TOY_BLOCK=2"], "--knob TOY_BLOCK given twice"),
+        (["TOY_FAST=true"], "--knob TOY_FAST=true: TOY_FAST is a bool knob; give 0 or 1"),
     ],
 )
 def test_bad_knobs(items: list[str], message: str) -> None:
@@ -137,3 +138,28 @@ def test_an_idea_reading_the_environment_badly_is_refused(tmp_path: Path) -> Non
     )
     with pytest.raises(paths.LadderError, match=r"ideas/000-base/extra\.py:5"):
         prepare.idea_knobs("toy", "000-base", root)
+
+
+@pytest.mark.parametrize(
+    ("knob", "value", "allowed"),
+    [
+        ("CCONV_FIXED_G", "3", "4 or 8"),
+        ("CCONV_FIXED_WARPS", "3", "a power of two from 1 to 16"),
+        ("CCONV_TARGET_PROGRAMS", "0", "a positive integer"),
+    ],
+)
+def test_family_knob_rules_refuse_values_a_kernel_cannot_run(knob, value, allowed, monkeypatch):
+    """A value outside cconv's KNOB_RULES is refused before the idea is imported, whether it
+    comes from --knob or from the environment (a G of 3 would write outside its segment)."""
+    monkeypatch.delenv(knob, raising=False)
+    with pytest.raises(paths.LadderError) as err:
+        prepare.prepare_idea("cconv", "1", [f"{knob}={value}"], load=False)
+    assert str(err.value) == f"--knob {knob}={value}: {knob} must be {allowed} (family KNOB_RULES)"
+    monkeypatch.setenv(knob, value)
+    with pytest.raises(paths.LadderError, match=f"{knob}={value} in the environment: .*unset"):
+        prepare.prepare_idea("cconv", "1", load=False)
+    monkeypatch.delenv(knob)
+    ok = {"CCONV_FIXED_G": "8", "CCONV_FIXED_WARPS": "4", "CCONV_TARGET_PROGRAMS": "512"}[knob]
+    assert prepare.prepare_idea("cconv", "1", [f"{knob}={ok}"], load=False).folder == (
+        "001-strip-onepass"
+    )

@@ -230,3 +230,18 @@ def test_cli_passes_options_through_and_writes_the_report(tmp_path, monkeypatch)
     result = runner.invoke(prodtime.app, ["--out", str(out), "--skip-layer"])
     assert result.exit_code == 0 and [c[0] for c in calls] == ["conv", "conv"]
     assert json.loads(out.read_text())["layer"] is None
+
+
+def test_an_unwritable_out_is_refused_before_anything_runs(tmp_path, monkeypatch):
+    ran = []
+    monkeypatch.setattr(prodtime, "_require_gpu", lambda: ran.append("gpu"))
+    afile = tmp_path / "afile"
+    afile.write_text("keep me")
+    for out, fragment in (
+        (tmp_path, "is a folder"),
+        (afile / "x.json", "cannot create its folder"),
+    ):
+        result = runner.invoke(prodtime.app, ["--out", str(out)])
+        assert result.exit_code == 2, result.output
+        assert fragment in result.output
+    assert ran == [] and afile.read_text() == "keep me"

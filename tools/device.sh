@@ -8,7 +8,8 @@
 # that time things (ladder, bench, prodtime) belong alone.
 # Wheels in .whl/ (fla-core, flash-linear-attention, libcst, ruff) are installed into a
 # private target first when fla or libcst is missing. Logs, records and JSON land in $OUT; the last lines
-# printed are a summary table.
+# printed are a summary table. Exit status: 0 every stage passed, 1 a stage failed, 2 an
+# unknown stage name (checked before anything runs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
@@ -25,6 +26,19 @@ if ! "$PY" -c "import fla, libcst" >/dev/null 2>&1 && compgen -G ".whl/*.whl" >/
   export PYTHONPATH="/tmp/kf-site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 export PYTHONPATH="$PWD:$PWD/package/src${PYTHONPATH:+:$PYTHONPATH}"
+
+KNOWN="env gpu-test cconv layer ladder common bench drift prodtime"
+for group in $STAGES; do  # every name is checked before anything runs
+  IFS=+ read -r -a members <<<"$group"
+  for stage in "${members[@]}"; do
+    if [[ " $KNOWN " != *" $stage "* ]]; then
+      echo "device.sh: unknown stage '$stage' in STAGES=\"$STAGES\" (known: $KNOWN)" >&2
+      exit 2
+    fi
+  done
+done
+
+rm -f "$OUT"/*.rc  # outcomes of an earlier run in the same OUT
 
 DONE=()
 run_stage() {  # name, command...; the outcome goes to $OUT/<name>.rc (stages may run at once)
@@ -43,7 +57,7 @@ one_stage() {
   local stage=$1
   case $stage in
     env)
-      run_stage env bash -c "nvidia-smi; $PY -c 'import kernel_fun, json; print(json.dumps(kernel_fun.versions()))'"
+      run_stage env bash -c "nvidia-smi && $PY -c 'import kernel_fun, json; print(json.dumps(kernel_fun.versions()))'"
       ;;
     gpu-test)  # all of it: what `make gpu-test` runs (several minutes of compiling/autotuning)
       run_stage gpu-test "$PY" -m pytest -q -m gpu -rs -p no:cacheprovider \
@@ -75,8 +89,7 @@ one_stage() {
     prodtime)
       run_stage prodtime "$PY" tools/prodtime.py --out "$OUT/prodtime.json"
       ;;
-    *)
-      echo "unknown stage $stage (env gpu-test cconv layer ladder common bench drift prodtime)" >&2
+    *)  # unreachable: names are checked above
       return 2
       ;;
   esac
@@ -98,8 +111,12 @@ for group in $STAGES; do
 done
 
 echo "=== summary"
+status=0
 for stage in "${DONE[@]}"; do
   for f in "$OUT/$stage".rc "$OUT/$stage"-*.rc; do
-    [[ -f $f ]] && printf '  %-14s %s\n' "$(basename "$f" .rc)" "$(cat "$f")"
+    [[ -f $f ]] || continue
+    printf '  %-14s %s\n' "$(basename "$f" .rc)" "$(cat "$f")"
+    [[ $(cat "$f") == "rc=0 "* ]] || status=1
   done
 done
+exit $status  # 0: every stage passed; 1: a stage failed (its log says why); 2: usage

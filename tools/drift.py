@@ -112,6 +112,13 @@ def check_family(repo: Path, head: str, family: str) -> FamilyReport:
         orphans = sorted(vl.current_outputs(repo, spec))
         if orphans:
             report.tampered.append(_orphans_note(repo, head, spec, orphans))
+        elif vl.read_blob(repo, head, spec.provenance_path) is not None:
+            # vendored at HEAD, and both the kernels and the provenance deleted since
+            report.tampered.append(
+                f"{spec.provenance_path} and {spec.kernels_dir}/ are committed at HEAD but "
+                f"missing here; restore them with `git checkout -- {spec.provenance_path} "
+                f"{spec.kernels_dir}`, or re-vendor with `make vendor FAMILY={family}`"
+            )
         return report
     report.vendored = True
     prov_bytes = prov_path.read_bytes()
@@ -390,6 +397,13 @@ def main(
     except vl.VendorError as exc:
         Console(stderr=True, soft_wrap=True, highlight=False).print(f"drift: {exc}", markup=False)
         raise typer.Exit(2) from None
+    if not names:
+        Console(stderr=True, soft_wrap=True, highlight=False).print(
+            f"drift: no families in {repo} (no ladder/kernels/<family>/family.py at HEAD and "
+            "no package/src/kernel_fun/<family>/_provenance.py); is --repo the repository root?",
+            markup=False,
+        )
+        raise typer.Exit(2)
     reports = [check_family(repo, head, name) for name in names]
     code = max((r.exit_code(strict) for r in reports), default=0)
     if json_out:

@@ -253,6 +253,19 @@ def _require_gpu() -> None:
         )
 
 
+def _check_out(out: Path) -> None:
+    """Refuse an --out that cannot be written, before minutes of measuring."""
+    if out.is_dir():
+        _usage_error(f"--out {out} is a folder; give a file name, e.g. {out / 'prodtime.json'}")
+    parent = out.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        _usage_error(f"--out {out}: cannot create its folder {parent} ({exc.strerror or exc})")
+    if not os.access(parent, os.W_OK):
+        _usage_error(f"--out {out}: the folder {parent} is not writable")
+
+
 def _usage_error(message: str) -> None:
     typer.echo(f"prodtime: error: {message}", err=True)
     raise typer.Exit(EXIT_USAGE)
@@ -513,6 +526,7 @@ def main(
     skip_layer: bool = typer.Option(False, "--skip-layer", help="time only the conv ops"),
 ) -> None:
     """Time fla vs kernel-fun at the production conv call and in a KDA layer step."""
+    _check_out(out)
     _require_gpu()
     # fla keys its conv autotuning on (D, W) only and, by default, reuses picks another
     # process left on disk (made at any shape, maybe under load): tune here, at these shapes.

@@ -29,6 +29,7 @@ __all__ = [
     "ERR_RATIO_MAX",
     "FAMILY",
     "INTERPRET_KNOBS",
+    "KNOB_RULES",
     "SHAPES",
     "TARGET_DEVICE",
     "TOLERANCES",
@@ -59,6 +60,17 @@ ERR_RATIO_MAX = 1.10
 # PTX and its autotuner needs a GPU driver. Applied to the knobs an idea reads, unless given
 # with --knob.
 INTERPRET_KNOBS = {"CCONV_FAST_SIGMOID": "0", "CCONV_AUTOTUNE": "0"}
+
+# Values the family's knobs may take, checked by the ladder (--knob and the environment)
+# before an idea is imported: outside them a kernel may not just be slow but wrong (in
+# 001-strip-onepass a G other than 4 or 8 writes rows outside its segment). {knob: (what is
+# allowed, test)}; a knob not listed takes any value its conversion accepts.
+KNOB_RULES = {
+    "CCONV_FIXED_G": ("4 or 8", lambda v: v in (4, 8)),
+    "CCONV_FIXED_WARPS": ("a power of two from 1 to 16", lambda v: v in (1, 2, 4, 8, 16)),
+    "CCONV_TARGET_PROGRAMS": ("a positive integer", lambda v: v > 0),
+    "CCONV_SMALL_WORK": ("0 or more", lambda v: v >= 0),
+}
 
 # The one declared place mapping idea modules (file stem in the idea folder) to module names
 # in package/src/kernel_fun/cconv/_kernels/. An idea not listed cannot be vendored.
