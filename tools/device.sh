@@ -20,13 +20,6 @@ BENCH_IDEAS=${BENCH_IDEAS:-"000 001"}
 BENCH_SHAPES=${BENCH_SHAPES:-all}
 export PYTHONUNBUFFERED=1
 
-if ! "$PY" -c "import fla, libcst" >/dev/null 2>&1 && compgen -G ".whl/*.whl" >/dev/null; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/kf-site .whl/*.whl || exit 1
-  export PYTHONPATH="/tmp/kf-site${PYTHONPATH:+:$PYTHONPATH}"
-fi
-export PYTHONPATH="$PWD:$PWD/package/src${PYTHONPATH:+:$PYTHONPATH}"
-
 KNOWN="env gpu-test cconv layer ladder common bench drift prodtime"
 for group in $STAGES; do  # every name is checked before anything runs
   IFS=+ read -r -a members <<<"$group"
@@ -37,6 +30,13 @@ for group in $STAGES; do  # every name is checked before anything runs
     fi
   done
 done
+
+if ! "$PY" -c "import fla, libcst" >/dev/null 2>&1 && compgen -G ".whl/*.whl" >/dev/null; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/kf-site .whl/*.whl || exit 1
+  export PYTHONPATH="/tmp/kf-site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export PYTHONPATH="$PWD:$PWD/package/src${PYTHONPATH:+:$PYTHONPATH}"
 
 rm -f "$OUT"/*.rc  # outcomes of an earlier run in the same OUT
 
