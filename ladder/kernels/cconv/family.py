@@ -189,8 +189,10 @@ def baseline_retune() -> list[str]:
     fla keys the autotuning of its conv kernels on (D, W) alone, and with its default
     FLA_CACHE_RESULTS=1 Triton keeps each pick on disk: without this, fla would be timed with
     the configuration tuned at whichever shape first ran with that D and W on the machine,
-    maybe in another process, maybe under load (seen on the H200: fla's prod forward at
-    D2048 timed 0.64 ms with a pick made by the GPU tests at small T, 0.39 ms tuned at prod).
+    maybe in another process, maybe under load. On the H200 fla's prod forward at D2048
+    timed 0.642 ms with a pick the GPU tests had made at small T, and 0.386 ms tuned at prod
+    (docs/results/prodtime-h200-20261129-fla-disk-cached-picks.json against
+    docs/results/prodtime-h200-20261129.json).
     For every autotuner in fla's conv module this turns the disk cache off and forgets the
     picks. Returns the names of the kernels reset (empty when fla has none there).
     """
