@@ -15,7 +15,6 @@ Exit status: 0 done, 2 refused (one line on stderr says why and what to do).
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -158,20 +157,13 @@ def print_inventory(console: Console, result: vl.VendorResult) -> None:
         console.print("  " + "  ".join([*cells, r[4]]).rstrip(), markup=False)
 
 
-def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
-
-
 def spec_commit(repo: Path, head: str, spec: vl.FamilySpec) -> str | None:
     """The newest commit at or before ``head`` that changed what the vendor reads from
     family.py (FAMILY, ENTRY_POINTS, VENDOR, TARGET_DEVICE: the FamilySpec); edits to the
     rest of the file (shapes, tolerances, the baseline, the oracle) do not count. None when
     git has no history of the file."""
     rel = f"{spec.family_dir}/family.py"
-    proc = _git(repo, "log", "--format=%H", head, "--", rel)
-    if proc.returncode != 0:
-        raise vl.VendorError(f"cannot read the history of {rel}: {proc.stderr.strip()}")
-    for commit in proc.stdout.split():
+    for commit in vl.git(repo, "log", "--format=%H", head, "--", rel).decode().split():
         try:
             now = vl.load_family_spec(repo, commit, spec.family)
         except vl.VendorError:
@@ -190,16 +182,23 @@ def inputs_commit(repo: Path, head: str, spec: vl.FamilySpec, result: vl.VendorR
     the vendored source modules, the winning record, pyproject.toml (ruff's configuration)
     and the FamilySpec literals of family.py (see spec_commit)."""
     paths = [*sorted(result.sources), result.record_path, "pyproject.toml"]
-    proc = _git(repo, "log", "-1", "--format=%H", head, "--", *paths)
-    found = proc.stdout.strip()
-    if proc.returncode != 0 or not found:
-        raise vl.VendorError(f"cannot find the commit that last changed {paths[0]}: {proc.stderr}")
+    found = vl.git(repo, "log", "-1", "--format=%H", head, "--", *paths).decode().strip()
+    if not found:
+        raise vl.VendorError(f"cannot find the commit that last changed {paths[0]}")
     family_change = spec_commit(repo, head, spec)
     if family_change is None or family_change == found:
         return found
-    if _git(repo, "merge-base", "--is-ancestor", family_change, found).returncode == 0:
+
+    def is_ancestor(a: str, b: str) -> bool:  # git exits 1 for "no", which vl.git raises
+        try:
+            vl.git(repo, "merge-base", "--is-ancestor", a, b)
+        except vl.VendorError:
+            return False
+        return True
+
+    if is_ancestor(family_change, found):
         return found
-    if _git(repo, "merge-base", "--is-ancestor", found, family_change).returncode == 0:
+    if is_ancestor(found, family_change):
         return family_change
     return head  # unrelated branches: no older commit is known to hold the same inputs
 
