@@ -28,5 +28,5 @@ OUTPUT_FILES = {
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "2a4960f592c2a4aba30277f5dfabf82e960ef600cd08ef2356194031cb40ae5f",
+    "tool_sha256": "bc0c7f90f07876dfe1da46c7377e54fc0def8459948afe939ba730fa163cc642",
 }
