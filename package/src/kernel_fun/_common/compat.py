@@ -190,21 +190,18 @@ class FlaProbe:
     missing_dependencies: list[str] = field(default_factory=list)
 
 
-def _missing_dependency(why: str) -> str | None:
-    """The module name in a `_import` failure when it is a module outside fla."""
-    prefix = "ModuleNotFoundError: No module named '"
-    if not why.startswith(prefix):
-        return None
-    name = why[len(prefix) :].split("'")[0]
-    return None if name.split(".")[0] == "fla" else name
-
-
-def _import(path: str) -> tuple[Any | None, str | None]:
-    """(module, None), or (None, why) when `path` cannot be imported."""
+def _import(path: str) -> tuple[Any | None, Exception | None]:
+    """(module, None), or (None, the exception) when `path` cannot be imported."""
     try:
         return importlib.import_module(path), None
     except Exception as exc:  # an fla module that fails to import for any reason is drift
-        return None, f"{type(exc).__name__}: {exc}"
+        return None, exc
+
+
+def _outside_fla(exc: Exception) -> str | None:
+    """The missing module's name when `exc` is a module outside fla not being installed."""
+    name = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
+    return name if name and name.split(".")[0] != "fla" else None
 
 
 def _parameters(obj: Any) -> list[inspect.Parameter] | None:
@@ -216,18 +213,23 @@ def _parameters(obj: Any) -> list[inspect.Parameter] | None:
     return [p for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
 
 
-def _resolve(sym: FlaSymbol) -> tuple[str | None, Any, list[str]]:
-    """(module path, object, []) for the first candidate with the symbol; else (None, None, why)."""
+def _resolve(sym: FlaSymbol) -> tuple[str | None, Any, list[str], list[str]]:
+    """(module path, object, [], []) for the first candidate with the symbol; else
+    (None, None, why per candidate, modules outside fla whose absence stopped an import)."""
     misses: list[str] = []
+    missing: list[str] = []
     for path in sym.modules:
-        mod, why = _import(path)
+        mod, exc = _import(path)
         if mod is None:
-            misses.append(f"{path} ({why})")
+            misses.append(f"{path} ({type(exc).__name__}: {exc})")
+            dep = _outside_fla(exc)
+            if dep and dep not in missing:
+                missing.append(dep)
             continue
         if hasattr(mod, sym.name):
-            return path, getattr(mod, sym.name), []
+            return path, getattr(mod, sym.name), [], []
         misses.append(f"{path} (no attribute {sym.name!r})")
-    return None, None, misses
+    return None, None, misses, missing
 
 
 def _keyword_problems(sym: FlaSymbol, path: str, obj: Any, version: str) -> list[str]:
@@ -263,16 +265,15 @@ def _probe(symbols: tuple[FlaSymbol, ...]) -> FlaProbe:
         return FlaProbe("not installed", problems=[f"fla cannot be imported: {exc}"])
     probe = FlaProbe(version)
     for sym in symbols:
-        path, obj, misses = _resolve(sym)
+        path, obj, misses, missing = _resolve(sym)
         if path is None:
             probe.problems.append(
                 f"{sym.name} ({sym.used_by}) is in none of its known modules in fla "
                 f"{version}: " + "; ".join(misses)
             )
-            for miss in misses:
-                dep = _missing_dependency(miss.split(" (", 1)[-1].rstrip(")"))
-                if dep and dep not in probe.missing_dependencies:
-                    probe.missing_dependencies.append(dep)
+            probe.missing_dependencies += [
+                m for m in missing if m not in probe.missing_dependencies
+            ]
             continue
         probe.resolved[sym.key] = path
         probe.problems.extend(_keyword_problems(sym, path, obj, version))
@@ -334,7 +335,7 @@ def fla_symbol(key: str) -> Any:
     KeyError for a key not in `FLA_SYMBOLS` and FlaDriftError when fla lacks the symbol.
     """
     sym = _row(key)
-    path, obj, misses = _resolve(sym)
+    path, obj, misses, _ = _resolve(sym)
     if path is None:
         raise FlaDriftError(f"{sym.name} is in none of its known fla modules: {'; '.join(misses)}")
     return obj
