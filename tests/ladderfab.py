@@ -235,7 +235,22 @@ class FakeLadder:
         }
 
 
-__all__ = ["CliResult", "FakeLadder", "drift", "invoke", "make_record", "vendor", "vl"]
+# The smallest toy idea with one int knob (TOY_K), for vendor and drift tests.
+PLAIN = """
+import os
+
+K = int(os.environ.get("TOY_K", "1"))
+
+
+def toy_fwd(x):
+    return x + K
+
+
+def toy_bwd(x):
+    return x
+"""
+
+__all__ = ["PLAIN", "CliResult", "FakeLadder", "drift", "invoke", "make_record", "vendor", "vl"]
 
 
 def invoke(app: Any, args: list[str]) -> CliResult:

@@ -11,21 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.ladderfab import FakeLadder, drift, invoke, vl
+from tests.ladderfab import PLAIN, FakeLadder, drift, invoke, vl
 
-PLAIN = """
-import os
-
-K = int(os.environ.get("TOY_K", "1"))
-
-
-def toy_fwd(x):
-    return x + K
-
-
-def toy_bwd(x):
-    return x
-"""
 MODULES = {"001-first": {"kernel": "first"}, "002-second": {"kernel": "second"}}
 
 

@@ -21,7 +21,7 @@ from unittest import mock
 
 import pytest
 
-from tests.ladderfab import FakeLadder, invoke, vendor, vl
+from tests.ladderfab import PLAIN, FakeLadder, invoke, vendor, vl
 
 PROBES: list[Any] = [-7, -6, -1, 0, 1, 2, 3, 5, 9, None, "", "s", 0.0, 2.5]
 
@@ -781,20 +781,6 @@ def test_refuses_references_to_ladder_it_cannot_rewrite(tmp_path, line, fragment
 # ------------------------------------------------------------------------------------------
 # selection, idempotence, atomic writes, dry runs
 # ------------------------------------------------------------------------------------------
-
-PLAIN = """
-import os
-
-K = int(os.environ.get("TOY_K", "1"))
-
-
-def toy_fwd(x):
-    return x + K
-
-
-def toy_bwd(x):
-    return x
-"""
 
 
 def _provenance(lad: FakeLadder) -> dict[str, Any]:
