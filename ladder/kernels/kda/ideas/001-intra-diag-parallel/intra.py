@@ -11,9 +11,10 @@ gradients dAqk, dAkk of the chunk's [64, 64] score matrices (lower triangular; d
 
 A program takes one 16-token sub-chunk and one BK-wide slice of K. Blocks off the diagonal
 are 16 x 16 tensor-core products with the gate anchored at the sub-chunk boundary, so both
-factors of E are at most 1 (exact). The diagonal 16 x 16 block is one [16, 16, BK] computation:
-E evaluated once per pair with the exponent masked to -inf above the diagonal (never above 1,
-whatever the gate depth), then used for P_q, P_k and dkt.
+factors of E are at most 1 (exact). The diagonal 16 x 16 block is split the same way,
+recursively: at each of four levels the pairs across a half-block boundary are one masked
+16 x 16 product anchored at that boundary, so no factor ever exceeds 1 whatever the gate
+depth, and no pair needs an exp of its own.
 
 Shapes (per launch): q, k [B, T, H, K] bf16; g [B, T, HV, K] fp32 (log2 units); beta
 [B, T, HV]; dAqk, dAkk [B, T, HV, 64] fp32; dq, dk, dg [B, T, HV, K] fp32 in, dq2, dk2, dg2
@@ -104,19 +105,48 @@ def kda_bwd_intra_kernel(
         b_pq *= b_e
         b_pk *= b_e
 
-    # the diagonal block, all pairs at once: E[i, j, :] = exp2(g_i - g_j) for j <= i
+    # The diagonal block, level by level: for s = 8, 4, 2, 1 the pairs (i, j) with i in the
+    # upper and j in the lower half of the same 2s-row block, anchored at the first row a of
+    # that upper half: E(i, j) = exp2(g_i - g_a) * exp2(g_a - g_j), both factors <= 1. Every
+    # pair j < i falls in exactly one level (the highest bit where i and j differ); j == i
+    # has E = 1. Products in tf32x3, close to fp32.
     p_d = rows[:, None] * (HV * BT) + (i_i * BC + o_i)[None, :]
     m_d = (o_i[:, None] >= o_i[None, :]) & m_r[:, None] & m_r[None, :]
-    b_dq_d = tl.load(dAqk + p_d, mask=m_d, other=0.0)
-    b_dk_d = tl.load(dAkk + p_d, mask=m_d, other=0.0)
-    b_x = tl.where(m_d[:, :, None], b_g[:, None, :] - b_g[None, :, :], float("-inf"))
-    b_E = tl.exp2(b_x)
-    b_kE = b_k[None, :, :] * b_E
-    b_pq += tl.sum(b_dq_d[:, :, None] * b_kE, axis=1)
-    b_pk += tl.sum(b_dk_d[:, :, None] * b_kE, axis=1)
+    b_aq = tl.load(dAqk + p_d, mask=m_d, other=0.0)
+    b_ak = tl.load(dAkk + p_d, mask=m_d, other=0.0)
     b_kb = b_k * b_b[:, None]
-    b_src = b_dq_d[:, :, None] * b_q[:, None, :] + b_dk_d[:, :, None] * b_kb[:, None, :]
-    b_dkt = tl.sum(b_src * b_E, axis=0)
+    eye = o_i[:, None] == o_i[None, :]
+    b_eq = tl.sum(tl.where(eye, b_aq, 0.0), axis=1)
+    b_ek = tl.sum(tl.where(eye, b_ak, 0.0), axis=1)
+    b_pq += b_eq[:, None] * b_k
+    b_pk += b_ek[:, None] * b_k
+    b_dkt = b_eq[:, None] * b_q + b_ek[:, None] * b_kb
+    for p in tl.static_range(3, -1, -1):
+        S: tl.constexpr = 1 << p
+        anc = (o_i // (2 * S)) * (2 * S) + S
+        m_a = (i_ti + anc) < L
+        b_ga = tl.load(
+            g + (i_ti + anc)[:, None] * (HV * K) + o_k[None, :],
+            mask=m_a[:, None] & m_k[None, :],
+            other=0.0,
+        )
+        up = ((o_i % (2 * S)) >= S) & m_r & m_a
+        lo = ((o_i % (2 * S)) < S) & m_r & m_a
+        m_l = (o_i[:, None] // (2 * S) == o_i[None, :] // (2 * S)) & up[:, None] & lo[None, :]
+        b_rf = tl.exp2(
+            tl.where(up[:, None] & m_k[None, :], tl.minimum(b_g - b_ga, 0.0), -float("inf"))
+        )
+        b_cf = tl.exp2(
+            tl.where(lo[:, None] & m_k[None, :], tl.minimum(b_ga - b_g, 0.0), -float("inf"))
+        )
+        b_lq = tl.where(m_l, b_aq, 0.0)
+        b_lk = tl.where(m_l, b_ak, 0.0)
+        b_kc = b_k * b_cf
+        b_pq += b_rf * tl.dot(b_lq, b_kc, input_precision="tf32x3")
+        b_pk += b_rf * tl.dot(b_lk, b_kc, input_precision="tf32x3")
+        b_t = tl.dot(tl.trans(b_lq), b_q * b_rf, input_precision="tf32x3")
+        b_t = tl.dot(tl.trans(b_lk), b_kb * b_rf, b_t, input_precision="tf32x3")
+        b_dkt += b_cf * b_t
 
     # this sub-chunk's keys against the later sub-chunks' rows (tensor cores)
     NCv = tl.minimum(NC, tl.cdiv(L - i_t * BT, BC))
