@@ -872,14 +872,14 @@ def test_a_failure_while_swapping_leaves_the_package_untouched(tmp_path, monkeyp
             raise OSError("injected failure")
         return real_replace(src, dst)
 
-    monkeypatch.setattr(vl.os, "replace", flaky)
+    monkeypatch.setattr(os, "replace", flaky)
     res = lad.vendor("--record", rid)
     refused(res, "writing failed, the package is as it was: injected failure")
     assert calls["n"] >= fail_at
     assert lad.package_bytes() == before
     assert (lad.root / lad.package / "_kernels" / "__pycache__").is_dir()
     assert not list((lad.root / lad.package).glob(".vendor-*"))
-    monkeypatch.setattr(vl.os, "replace", real_replace)
+    monkeypatch.setattr(os, "replace", real_replace)
     assert lad.vendor("--record", rid).code == 0
     assert "K = 2" in kernel_text(lad)
 
@@ -916,7 +916,7 @@ def test_a_first_vendor_that_fails_writes_nothing(tmp_path, monkeypatch):
         return real(src, dst)
 
     real = os.replace
-    monkeypatch.setattr(vl.os, "replace", broken)
+    monkeypatch.setattr(os, "replace", broken)
     refused(lad.vendor("--record", rid), "disk full")
     assert lad.package_bytes() == before
     assert not (lad.root / lad.package / "_kernels").exists()
@@ -1128,7 +1128,7 @@ def test_refuses_when_an_entry_point_is_gone_after_the_freeze(tmp_path):
 def test_ruff_missing_is_a_clear_error(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(
-        vl.importlib.util, "find_spec", lambda name, *a: None if name == "ruff" else real(name, *a)
+        importlib.util, "find_spec", lambda name, *a: None if name == "ruff" else real(name, *a)
     )
     with pytest.raises(vl.VendorError, match="ruff is not installed"):
         vl.format_python("x = 1\n", "a.py", None)

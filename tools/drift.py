@@ -31,8 +31,8 @@ from typing import Annotated, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _vendorlib as vl  # noqa: E402
 import typer  # noqa: E402
+import vendorlib as vl  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 

@@ -21,8 +21,8 @@ from typing import Annotated, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _vendorlib as vl  # noqa: E402
 import typer  # noqa: E402
+import vendorlib as vl  # noqa: E402
 from rich.console import Console  # noqa: E402
 
 # rich_markup_mode=None: usage errors print as click's one-line "Error: ...", not in a panel
