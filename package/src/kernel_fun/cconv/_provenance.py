@@ -28,5 +28,5 @@ OUTPUT_FILES = {
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "bc0c7f90f07876dfe1da46c7377e54fc0def8459948afe939ba730fa163cc642",
+    "tool_sha256": "592b803ef987794729036620cc8e7dab9ff729bee69178e4ae97796630189f07",
 }
