@@ -409,19 +409,6 @@ def test_not_reproducible_when_the_knobs_were_changed_by_hand(tmp_path):
     assert any(m.startswith("KNOBS at ") for m in fam["not_reproducible"])
 
 
-def test_not_reproducible_when_the_vendor_refuses_at_the_source_commit(tmp_path):
-    lad = vendored(tmp_path)
-    path = provenance_path(lad)
-    prov = vl.parse_provenance(path.read_bytes(), "p")
-    rid = prov["RECORD"]["record_id"]
-    path.write_text(path.read_text().replace(rid, "20260101T000000Z-abcdef"))
-    code, payload = report(lad)
-    fam = family(payload)
-    assert code == 1
-    (msg,) = fam["not_reproducible"]
-    assert "the vendor at" in msg and "is not in commit" in msg
-
-
 @pytest.mark.parametrize(
     ("edit", "fragment"),
     [

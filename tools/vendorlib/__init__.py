@@ -27,7 +27,16 @@ Every refusal is a :class:`VendorError` with a one-line message.
 
 from __future__ import annotations
 
-from .build import (
+import sys
+from pathlib import Path
+
+# The passes import ladder.knobs and ladder.records: the repository root goes on sys.path
+# before any of them is imported.
+_ROOT = str(Path(__file__).resolve().parents[2])
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+from .build import (  # noqa: E402
     InventoryRow,
     VendorResult,
     build,
@@ -36,10 +45,10 @@ from .build import (
     rebench_hint,
     record_relpath,
 )
-from .common import IDEA_RE, TOOL_ROOT, VendorError
-from .fmt import format_python
-from .gitread import dirty_paths, git, is_shallow, list_tree, read_blob, resolve_commit, sha256
-from .provenance import (
+from .common import IDEA_RE, TOOL_ROOT, VendorError  # noqa: E402
+from .fmt import format_python  # noqa: E402
+from .gitread import dirty_paths, git, is_shallow, list_tree, read_blob, resolve_commit, sha256  # noqa: E402
+from .provenance import (  # noqa: E402
     PROVENANCE_KEYS,
     ProvenanceError,
     libcst_version,
@@ -49,9 +58,16 @@ from .provenance import (
     tool_files,
     tool_sha256,
 )
-from .source import normalise_newlines, source_text
-from .spec import FamilySpec, idea_folders, load_family_spec, parse_family_spec, resolve_idea_ref
-from .write import (
+from .source import content_sha256, normalise_newlines, source_text  # noqa: E402
+from .spec import (  # noqa: E402
+    FamilySpec,
+    idea_folders,
+    load_family_spec,
+    parse_family_spec,
+    resolve_idea_ref,
+    unmapped_idea,
+)
+from .write import (  # noqa: E402
     STAGING_PREFIX,
     current_outputs,
     remove_stale_staging,
@@ -83,6 +99,7 @@ __all__ = [
     "list_tree",
     "load_family_spec",
     "normalise_newlines",
+    "content_sha256",
     "parse_family_spec",
     "parse_provenance",
     "read_blob",
@@ -99,5 +116,6 @@ __all__ = [
     "tool_files",
     "tool_sha256",
     "unified_diff",
+    "unmapped_idea",
     "write_outputs",
 ]

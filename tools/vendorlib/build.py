@@ -20,6 +20,7 @@ from libcst.metadata import GlobalScope, MetadataWrapper, PositionProvider, Scop
 
 from ladder.knobs import Knob, KnobError, KnobSite, scan_idea, scan_module
 
+from .comments import check_fmt_pairs
 from .common import VendorError
 from .fmt import format_python
 from .freeze import Freezer
@@ -28,7 +29,7 @@ from .imports import IdeaImport, ImportResolver, ModKey, rewrite_imports
 from .provenance import libcst_version, render_provenance, ruff_version, tool_sha256
 from .prune import prune
 from .source import source_text
-from .spec import FamilySpec
+from .spec import FamilySpec, unmapped_idea
 from .usage import analyse_module
 
 
@@ -146,10 +147,7 @@ def build(
     """
     commit = resolve_commit(repo, commit)
     if idea not in spec.modules:
-        raise VendorError(
-            f"idea {idea} is not in VENDOR['modules'] of {spec.family_dir}/family.py "
-            f"(mapped: {', '.join(spec.modules) or 'none'}); map its modules there first"
-        )
+        raise unmapped_idea(spec, idea)
     rec_path = record_relpath(spec, idea, record_id)
     rec_bytes = read_blob(repo, commit, rec_path)
     if rec_bytes is None:
@@ -192,11 +190,7 @@ def build(
             continue
         folder, stem = key
         if stem not in spec.modules.get(folder, {}):
-            raise VendorError(
-                f"{importer + ': ' if importer else ''}{spec.ideas_dir}/{folder}/{stem}.py is "
-                f"needed but not in VENDOR['modules'] of {spec.family_dir}/family.py; add "
-                f"{{{folder!r}: {{{stem!r}: <name>}}}}"
-            )
+            raise unmapped_idea(spec, folder, stem, importer)
         relpath = f"{spec.ideas_dir}/{folder}/{stem}.py"
         source = read_blob(repo, commit, relpath)
         if source is None:
@@ -214,6 +208,7 @@ def build(
         vals = values_for(sites, relpath)
         freezer = Freezer(wrapper, sites, vals, relpath)
         frozen = original.visit(freezer)
+        check_fmt_pairs(text, freezer.dropped, relpath)
         mod = SourceModule(key, relpath, source, original, sites, freezer, frozen, wrapper)
 
         def where_of(node: cst.CSTNode, _f: Freezer = freezer, _r: str = relpath) -> str:

@@ -7,12 +7,9 @@ what to do (``path:line: ...`` where a source line is at fault); the CLIs print 
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 TOOL_ROOT = Path(__file__).resolve().parents[2]
-if str(TOOL_ROOT) not in sys.path:  # the passes read ladder.knobs, ladder.records, ...
-    sys.path.insert(0, str(TOOL_ROOT))
 
 IDEA_RE = re.compile(r"^(\d{3})-[a-z0-9]+(?:-[a-z0-9]+)*$")
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -26,6 +26,7 @@ from libcst.metadata import (
 
 from ladder.knobs import KnobSite
 
+from .comments import carry_leading_lines, has_comment, with_footer
 from .common import VendorError
 from .evaluate import UNKNOWN, Evaluator, literal_expr
 
@@ -123,6 +124,7 @@ class Freezer(cst.CSTTransformer):
         self._keep: list[cst.CSTNode] = []
         self.dropped: list[tuple[int, int]] = []
         self._fillers: set[int] = set()  # ids of the `pass` lines put into emptied blocks
+        self._carriers: set[int] = set()  # ids of the stand-ins for removed commented `if`s
 
     # -- bookkeeping ---------------------------------------------------------------------
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> Any:
@@ -297,7 +299,15 @@ class Freezer(cst.CSTTransformer):
             final_body = final_else = None
         if not kept:
             if final_body is None:
-                return cst.RemovalSentinel.REMOVE
+                if not has_comment(updated_node.leading_lines):
+                    return cst.RemovalSentinel.REMOVE
+                # A stand-in that carries the comments above the `if` to the next statement
+                # (leave_IndentedBlock / leave_Module fold it away).
+                carrier = cst.SimpleStatementLine(
+                    body=[cst.Pass()], leading_lines=updated_node.leading_lines
+                )
+                self._carriers.add(id(carrier))
+                return carrier
             stmts = _body_statements(final_body)
             stmts[0] = stmts[0].with_changes(
                 leading_lines=[*updated_node.leading_lines, *stmts[0].leading_lines]
@@ -310,7 +320,23 @@ class Freezer(cst.CSTTransformer):
             tail = u.with_changes(orelse=tail)
         return kept[0][1].with_changes(orelse=tail, leading_lines=updated_node.leading_lines)
 
+    def _fold_carriers(self, block: Any) -> Any:
+        if not any(id(stmt) in self._carriers for stmt in block.body):
+            return block
+
+        def replaced(old: cst.CSTNode, new: cst.CSTNode) -> None:
+            if id(old) in self.origin_line:
+                self.origin_line[id(new)] = self.origin_line[id(old)]
+            self._keep.append(new)
+
+        body, left = carry_leading_lines(block.body, self._carriers, replaced)
+        return with_footer(block.with_changes(body=body), left)
+
+    def leave_Module(self, original_node, updated_node):  # noqa: N802
+        return self._fold_carriers(updated_node)
+
     def leave_IndentedBlock(self, original_node, updated_node):  # noqa: N802
+        updated_node = self._fold_carriers(updated_node)
         if not updated_node.body:
             filler = cst.SimpleStatementLine(body=[cst.Pass()])
             self._fillers.add(id(filler))

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from .comments import carry_leading_lines, with_footer
 from .imports import IdeaImport, ModKey, dotted_name, import_bound, syntactic_imports, target_names
 from .spec import FamilySpec
 from .usage import ModuleInfo, analyse_module
@@ -125,6 +126,7 @@ def prune(modules: Mapping[ModKey, SourceModule], spec: FamilySpec) -> dict[ModK
             )
             live = info.used | used_ext | protected
             new_body: list[cst.BaseStatement] = []
+            gone: set[int] = set()  # removed whole: their own-line comments move on
             for i, stmt in enumerate(module.body):
                 names = info.defs.get(i)
                 if not names or not info.removable.get(i):
@@ -153,8 +155,12 @@ def prune(modules: Mapping[ModKey, SourceModule], spec: FamilySpec) -> dict[ModK
                 kept = remove_names(module, i, dead)
                 if len(kept) != 1 or kept[0] is not stmt:
                     changed = True
-                new_body.extend(kept)
+                if not kept:
+                    gone.add(id(stmt))
+                new_body.extend(kept or [stmt])
             if changed:
-                current[key] = cst.parse_module(module.with_changes(body=new_body).code)
+                body, left = carry_leading_lines(new_body, gone)
+                updated = with_footer(module.with_changes(body=body), left)
+                current[key] = cst.parse_module(updated.code)
         if not changed:
             return current

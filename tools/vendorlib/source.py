@@ -8,6 +8,8 @@ parsing: the BOM dropped, every line ending LF. The vendor therefore always writ
 
 from __future__ import annotations
 
+import hashlib
+
 from .common import VendorError
 
 BOM = b"\xef\xbb\xbf"
@@ -34,3 +36,9 @@ def source_text(data: bytes, relpath: str) -> str:
             "as UTF-8 and commit it"
         ) from None
     return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def content_sha256(data: bytes) -> str:
+    """sha256 of a text file's bytes with LF line endings: what drift and the vendor compare
+    for a file on disk, so a checkout that writes CRLF (``core.autocrlf``) is no edit."""
+    return hashlib.sha256(normalise_newlines(data)).hexdigest()

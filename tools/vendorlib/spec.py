@@ -81,7 +81,20 @@ def parse_family_spec(source: bytes, family: str, relpath: str) -> FamilySpec:
                     ) from None
     missing = sorted(wanted - set(found))
     if missing:
-        raise VendorError(f"{relpath}: defines no {', '.join(missing)}; add it (see INTERFACES)")
+        examples = {
+            "FAMILY": f"FAMILY = {family!r}",
+            "ENTRY_POINTS": 'ENTRY_POINTS = ("<name>_fwd", "<name>_bwd")',
+            "TARGET_DEVICE": 'TARGET_DEVICE = "H200"',
+            "VENDOR": (
+                f'VENDOR = {{"package": "kernel_fun.{family}", '
+                '"modules": {"NNN-slug": {"kernel": "<package module>"}}}'
+            ),
+        }
+        raise VendorError(
+            f"{relpath}: defines no {', '.join(missing)}; add "
+            + "; ".join(examples[m] for m in missing)
+            + ' (docs/DESIGN.md, "The family contract")'
+        )
     if found["FAMILY"] != family:
         raise VendorError(f"{relpath}: FAMILY is {found['FAMILY']!r}, not {family!r}")
     eps = found["ENTRY_POINTS"]
@@ -181,4 +194,18 @@ def resolve_idea_ref(repo: Path, commit: str, spec: FamilySpec, ref: str) -> str
     raise VendorError(
         f"no single idea {ref!r} in {spec.family} at {commit[:12]} "
         f"(ideas: {', '.join(folders) or 'none'})"
+    )
+
+
+def unmapped_idea(spec: FamilySpec, folder: str, stem: str = "kernel", by: str = "") -> VendorError:
+    """The refusal for an idea module that ``VENDOR["modules"]`` does not map (``by``: the
+    ``path:line`` of the import that needs it, if any)."""
+    where = f"{by}: " if by else ""
+    what = f"idea module {folder}/{stem}.py, imported here," if by else f"idea {folder}"
+    if not by and folder in spec.modules:
+        what = f"idea module {folder}/{stem}.py"
+    return VendorError(
+        f"{where}{what} is not in the VENDOR['modules'] map of {spec.family_dir}/family.py "
+        f"(mapped: {', '.join(sorted(spec.modules)) or 'none'}); add "
+        f"{folder!r}: {{{stem!r}: '<package module>'}} to it and commit"
     )
