@@ -83,6 +83,7 @@ class Freezer(cst.CSTTransformer):
     ) -> None:
         super().__init__()
         self.relpath = relpath
+        self.lines = wrapper.module.code.splitlines()
         self.positions = wrapper.resolve(PositionProvider)
         parents = wrapper.resolve(ParentNodeProvider)
         scopes = wrapper.resolve(ScopeProvider)
@@ -156,9 +157,21 @@ class Freezer(cst.CSTTransformer):
             self._has_knob[key] = found
         return self._has_knob[key]
 
-    def _drop(self, node: cst.CSTNode) -> None:
-        pos = self.positions[node]
-        self.dropped.append((pos.start.line, pos.end.line))
+    def _drop(self, owner: cst.If | cst.Else) -> None:
+        """Record the lines of ``owner``'s body as removed: from the line after its header
+        to the body's end, own-line comments indented under the header included."""
+        head = self.positions[owner].start
+        end = self.positions[owner.body].end.line
+        # comment lines indented under the header after the last statement belong to it too
+        while end < len(self.lines):
+            text = self.lines[end]
+            indent = len(text) - len(text.lstrip())
+            if text.strip() and not (text.lstrip().startswith("#") and indent > head.column):
+                break
+            end += 1
+        while end > head.line and not self.lines[end - 1].strip():
+            end -= 1  # blank lines after it are nobody's
+        self.dropped.append((head.line + 1, end))
 
     # -- expressions ---------------------------------------------------------------------
     def rewrite(self, orig: cst.BaseExpression, boolctx: bool) -> cst.BaseExpression:
@@ -284,14 +297,14 @@ class Freezer(cst.CSTTransformer):
                 final_body = u.body
                 terminated_at = i
                 break
-            self._drop(o.body)
+            self._drop(o)
         if not decided:
             return updated_node
         if terminated_at is not None:
             for o, _ in chain[terminated_at + 1 :]:
-                self._drop(o.body)
+                self._drop(o)
             if else_o is not None:
-                self._drop(else_o.body)
+                self._drop(else_o)
         elif else_u is not None:
             final_body = else_u.body
             final_else = else_u
