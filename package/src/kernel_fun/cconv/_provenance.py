@@ -28,5 +28,5 @@ OUTPUT_FILES = {
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "592b803ef987794729036620cc8e7dab9ff729bee69178e4ae97796630189f07",
+    "tool_sha256": "c29e07ffd1d8df7c88c832126e8e0db5d45cc3aef320194181e6b2eddd09de5c",
 }
