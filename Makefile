@@ -52,8 +52,8 @@ board:  ## rank FAMILY's ideas from committed records
 winner:  ## print FAMILY's promotable winner
 	$(PY) -m ladder winner $(FAMILY)
 
-wheel:  ## build the kernel-fun wheel into dist/
-	$(PY) -m build --wheel --outdir dist package
+wheel:  ## build the kernel-fun wheel into dist/ from a clean copy of package/, and check it
+	$(PY) tools/wheelcheck.py build --outdir dist
 
 prodtime:  ## fla vs kernel_fun at the production call and in a KDA layer step (GPU)
 	$(PY) tools/prodtime.py --out $(OUT)/prodtime.json

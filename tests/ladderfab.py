@@ -6,7 +6,7 @@ idea folders, committed bench records that pass ``ladder.records.validate_record
 empty ``package/src/kernel_fun/<family>/``. The vendor and drift CLIs run in-process on it
 through ``--repo``.
 
-``vl`` (tools/_vendorlib), ``vendor`` and ``drift`` are re-exported for the tests, which
+``vl`` (tools/vendorlib), ``vendor`` and ``drift`` are re-exported for the tests, which
 cannot import them before this module has put tools/ on sys.path.
 """
 
@@ -25,9 +25,9 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO / "tools") not in sys.path:
     sys.path.insert(0, str(REPO / "tools"))
 
-import _vendorlib as vl  # noqa: E402
 import drift  # noqa: E402
 import vendor  # noqa: E402
+import vendorlib as vl  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from ladder.codehash import code_sha, idea_files_from_dir  # noqa: E402

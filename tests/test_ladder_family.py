@@ -99,7 +99,6 @@ def test_shapes_follow_the_contract() -> None:
     assert len(names) == len(set(names))
     assert family.ENTRY_POINTS == ("cconv_fwd", "cconv_bwd")
     assert family.TOLERANCES == {"y": 5e-3, "dx": 8e-3, "dw": 2e-2}
-    assert family.VENDOR["modules"] == {"001-strip-onepass": {"kernel": "strip"}}
 
 
 def test_min_bytes_counts_element_sizes() -> None:

@@ -31,8 +31,8 @@ from typing import Annotated, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _vendorlib as vl  # noqa: E402
 import typer  # noqa: E402
+import vendorlib as vl  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
@@ -53,6 +53,7 @@ class FamilyReport:
     tampered: list[str] = field(default_factory=list)
     not_reproducible: list[str] = field(default_factory=list)
     error: str | None = None
+    problem: str | None = None  # why an unvendored family cannot be vendored yet (advisory)
 
     @property
     def status(self) -> str:
@@ -93,7 +94,11 @@ def check_family(repo: Path, head: str, family: str) -> FamilyReport:
     try:
         spec = vl.load_family_spec(repo, head, family)
     except vl.VendorError as exc:
-        report.error = f"{exc} (HEAD)"
+        committed = vl.read_blob(repo, head, f"ladder/kernels/{family}/family.py") is not None
+        if not committed or _anything_vendored(repo, head, family):
+            report.error = f"{exc} (HEAD)"
+        else:  # a family being set up: nothing to check yet, and no reason to stop the others
+            report.problem = f"{exc} (HEAD)"
         return report
     for rel in vl.staging_leftovers(repo, spec):
         report.tampered.append(
@@ -148,7 +153,7 @@ def check_family(repo: Path, head: str, family: str) -> FamilyReport:
         if path not in on_disk:
             hint = f"restore it with `git checkout -- {path}`" if at_head is not None else restore
             report.tampered.append(f"{path} is missing; {hint}")
-        elif vl.sha256(on_disk[path]) != want:
+        elif vl.content_sha256(on_disk[path]) != want:
             report.tampered.append(
                 f"{path} differs from what the vendor wrote; "
                 + _edit_hint(spec, path, at_head, on_disk[path], want, restore)
@@ -183,6 +188,22 @@ def check_family(repo: Path, head: str, family: str) -> FamilyReport:
         )
         return report
 
+    fix = f"re-vendor (`make vendor FAMILY={family}`)"
+    prov_at_head = vl.read_blob(repo, head, spec.provenance_path)
+    if prov_at_head is None or vl.normalise_newlines(prov_at_head) != vl.normalise_newlines(
+        prov_bytes
+    ):
+        fix = (
+            f"{spec.provenance_path} has uncommitted changes: discard them with "
+            f"`git checkout -- {spec.provenance_path}`, or {fix}"
+        )
+
+    # tampered: _provenance.py itself first (a hand edit there is not the record's fault)
+    blame = _provenance_notes(repo, spec, commit, prov, prov_bytes, fix)
+    if blame:
+        report.tampered.extend(blame)
+        return report
+
     # tampered: records are append-only, the vendored one above all
     try:
         report.tampered.extend(_record_notes(repo, head, spec, commit, record))
@@ -191,12 +212,6 @@ def check_family(repo: Path, head: str, family: str) -> FamilyReport:
         return report
 
     # not reproducible: the vendor again, in memory, at SOURCE_COMMIT
-    fix = f"re-vendor (`make vendor FAMILY={family}`)"
-    if vl.read_blob(repo, head, spec.provenance_path) != prov_bytes:
-        fix = (
-            f"{spec.provenance_path} has uncommitted changes: discard them with "
-            f"`git checkout -- {spec.provenance_path}`, or {fix}"
-        )
     try:
         spec_then = vl.load_family_spec(repo, commit, family)
         result = vl.build(repo, spec_then, commit, record["idea"], record["record_id"])
@@ -219,6 +234,47 @@ def check_family(repo: Path, head: str, family: str) -> FamilyReport:
                 f"{path}: the vendor at {commit[:12]} gives other bytes ({what}){note}; {fix}"
             )
     return report
+
+
+def _anything_vendored(repo: Path, head: str, family: str) -> bool:
+    """Whether the family has vendored files on disk or at HEAD (by the layout's default
+    package folder, for a family whose family.py cannot be read)."""
+    pkg = f"package/src/kernel_fun/{family}"
+    if (repo / pkg / "_provenance.py").exists() or vl.read_blob(
+        repo, head, f"{pkg}/_provenance.py"
+    ):
+        return True
+    kernels = repo / pkg / "_kernels"
+    return kernels.is_dir() and any(
+        p.is_file() and "__pycache__" not in p.parts for p in kernels.rglob("*")
+    )
+
+
+def _provenance_notes(
+    repo: Path, spec: vl.FamilySpec, commit: str, prov: dict[str, Any], data: bytes, fix: str
+) -> list[str]:
+    """Why _provenance.py is not what the vendor wrote ([] when nothing shows): its text is
+    not what the vendor renders from its own values, or RECORD names a record that
+    SOURCE_COMMIT does not hold (or holds with other bytes), which the vendor never writes."""
+    path = spec.provenance_path
+    rendered = vl.render_provenance(prov, spec, vl.read_blob(repo, commit, "pyproject.toml"))
+    if rendered != vl.normalise_newlines(data):
+        return [f"{path} is not what the vendor writes for its own values (edited by hand); {fix}"]
+    record = prov["RECORD"]
+    rel = vl.record_relpath(spec, record["idea"], record["record_id"])
+    then = vl.read_blob(repo, commit, rel)
+    if then is None:
+        return [
+            f"{path} names record {record['record_id']} ({rel}), which SOURCE_COMMIT "
+            f"{commit[:12]} does not hold: RECORD was edited by hand; {fix}"
+        ]
+    if vl.sha256(then) != record["sha256"]:
+        return [
+            f"{path} gives RECORD['sha256'] {record['sha256'][:12]}, but record "
+            f"{record['record_id']} at SOURCE_COMMIT {commit[:12]} is {vl.sha256(then)[:12]}: "
+            f"RECORD was edited by hand; {fix}"
+        ]
+    return []
 
 
 def _orphans_note(repo: Path, head: str, spec: vl.FamilySpec, orphans: list[str]) -> str:
@@ -246,7 +302,7 @@ def _edit_hint(
 ) -> str:
     """How to undo an edit of a vendored file: git for an uncommitted one, the vendor for a
     committed one (the vendor refuses to overwrite edits it did not make)."""
-    if at_head == data:
+    if at_head is not None and vl.normalise_newlines(at_head) == vl.normalise_newlines(data):
         return restore  # the edit is committed
     if at_head is None:
         return (
@@ -283,7 +339,7 @@ def _record_notes(
                 f"record {rid} ({rel}) is deleted in the working tree; records are "
                 f"append-only: restore it with `git checkout -- {rel}`"
             )
-        elif path.read_bytes() != at_head:
+        elif vl.normalise_newlines(path.read_bytes()) != vl.normalise_newlines(at_head):
             notes.append(
                 f"record {rid} ({rel}) has uncommitted changes; records are append-only: "
                 f"restore it with `git checkout -- {rel}`"
@@ -360,7 +416,9 @@ def render(console: Console, reports: list[FamilyReport], strict: bool, code: in
             )
         if r.error:
             console.print(f"{r.family}: error: {r.error}", markup=False)
-        if r.status == "not vendored":
+        if r.status == "not vendored" and r.problem:
+            console.print(f"{r.family}: not vendored: {r.problem}", markup=False)
+        elif r.status == "not vendored":
             console.print(
                 f"{r.family}: not vendored (`make vendor FAMILY={r.family}`)", markup=False
             )

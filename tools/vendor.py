@@ -21,8 +21,8 @@ from typing import Annotated, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _vendorlib as vl  # noqa: E402
 import typer  # noqa: E402
+import vendorlib as vl  # noqa: E402
 from rich.console import Console  # noqa: E402
 
 # rich_markup_mode=None: usage errors print as click's one-line "Error: ...", not in a panel
@@ -124,7 +124,7 @@ def check_clean(repo: Path, spec: vl.FamilySpec, result: vl.VendorResult) -> Non
             recorded = prov["OUTPUT_FILES"]
         except vl.VendorError:
             recorded = None
-    files = {p: vl.sha256(b) for p, b in on_disk.items() if p != spec.provenance_path}
+    files = {p: vl.content_sha256(b) for p, b in on_disk.items() if p != spec.provenance_path}
     if recorded is None or files != recorded:
         bad = dirty
         if recorded is not None:
@@ -203,6 +203,45 @@ def inputs_commit(repo: Path, head: str, spec: vl.FamilySpec, result: vl.VendorR
     return head  # unrelated branches: no older commit is known to hold the same inputs
 
 
+def _not_committed(repo: Path, sha: str, commit: str, what: str) -> vl.VendorError:
+    return vl.VendorError(
+        f"{what} is in the working tree but not committed; the vendor reads git objects at "
+        f"{commit} ({sha[:12]}), so commit it first"
+    )
+
+
+def load_spec(repo: Path, sha: str, commit: str, family: str) -> vl.FamilySpec:
+    """The FamilySpec at ``sha``; a family.py that exists only in the working tree is
+    refused as uncommitted. Raises VendorError."""
+    try:
+        return vl.load_family_spec(repo, sha, family)
+    except vl.VendorError:
+        rel = f"ladder/kernels/{family}/family.py"
+        if vl.read_blob(repo, sha, rel) is None and (repo / rel).is_file():
+            raise _not_committed(repo, sha, commit, rel) from None
+        raise
+
+
+def resolve_idea(repo: Path, sha: str, commit: str, spec: vl.FamilySpec, ref: str) -> str:
+    """The idea folder ``ref`` names at ``sha``; one that exists only in the working tree is
+    refused as uncommitted. Raises VendorError."""
+    try:
+        return vl.resolve_idea_ref(repo, sha, spec, ref)
+    except vl.VendorError:
+        ideas = repo / spec.ideas_dir
+        on_disk = sorted(p.name for p in ideas.iterdir() if p.is_dir()) if ideas.is_dir() else []
+        ref = ref.strip()
+        for name in on_disk:
+            if ref in (name, name[4:]) or (
+                ref.isdigit() and name[:3].isdigit() and int(name[:3]) == int(ref)
+            ):
+                if name not in vl.idea_folders(repo, sha, spec):
+                    raise _not_committed(
+                        repo, sha, commit, f"idea {spec.ideas_dir}/{name}"
+                    ) from None
+        raise
+
+
 @app.command()
 def main(
     family: Annotated[str, typer.Argument(help="family to vendor, e.g. cconv")],
@@ -226,13 +265,15 @@ def main(
     try:
         repo = repo.resolve()
         sha = vl.resolve_commit(repo, commit)
-        spec = vl.load_family_spec(repo, sha, family)
-        folder = vl.resolve_idea_ref(repo, sha, spec, idea) if idea is not None else None
-        if folder is not None and folder not in spec.modules:
+        if commit == "HEAD" and vl.is_shallow(repo):
             raise vl.VendorError(
-                f"idea {folder} is not in VENDOR['modules'] of {spec.family_dir}/family.py "
-                f"(mapped: {', '.join(spec.modules) or 'none'}); map its modules there first"
+                "this clone is shallow: the vendor pins SOURCE_COMMIT to the last commit that "
+                "changed an input, which needs the history; run `git fetch --unshallow` first"
             )
+        spec = load_spec(repo, sha, commit, family)
+        folder = resolve_idea(repo, sha, commit, spec, idea) if idea is not None else None
+        if folder is not None and folder not in spec.modules:
+            raise vl.unmapped_idea(spec, folder)
         chosen, record_id = select_record(repo, spec, sha, folder, record)
         check_clean_reads(repo, [f"{spec.ideas_dir}/{chosen}", f"{spec.family_dir}/family.py"])
         result = vl.build(repo, spec, sha, chosen, record_id)
@@ -244,7 +285,8 @@ def main(
                 sha = pinned
                 result = vl.build(repo, spec, sha, chosen, record_id)
         check_clean(repo, spec, result)
-        before = vl.current_outputs(repo, spec)
+        # compared as text with LF line endings: a CRLF checkout (core.autocrlf) is no change
+        before = {p: vl.normalise_newlines(b) for p, b in vl.current_outputs(repo, spec).items()}
         if dry_run:
             diff = vl.unified_diff(before, result.outputs)
             out.out(diff if diff else "no changes: the package already is this vendor output")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata as md
 import importlib.util
 import platform
 import sys
+from pathlib import Path
 
 import kernel_fun
 import pytest
@@ -15,10 +17,52 @@ from packaging.version import Version
 BASE_KEYS = {"kernel_fun", "torch", "triton", "fla", "cutlass", "cuda-python", "python"}
 
 
+SRC = Path(kernel_fun.__file__).resolve().parent
+
+
+def _family_keys() -> set[str]:
+    return {
+        f"{p.parent.name}.{key}"
+        for p in SRC.glob("*/_provenance.py")
+        for key in ("record", "source_commit")
+    }
+
+
 def test_keys_are_the_documented_ones():
     keys = set(kernel_fun.versions())
-    expected = BASE_KEYS | ({"device"} if torch.cuda.is_available() else set())
+    expected = BASE_KEYS | _family_keys() | ({"device"} if torch.cuda.is_available() else set())
     assert keys == expected
+    assert "cconv.record" in keys  # cconv is vendored in this tree
+
+
+def test_vendored_families_name_their_record_and_source_commit():
+    v = kernel_fun.versions()
+    for path in SRC.glob("*/_provenance.py"):
+        tree = ast.parse(path.read_text())
+        values = {
+            n.targets[0].id: ast.literal_eval(n.value)
+            for n in tree.body
+            if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name)
+        }
+        family = path.parent.name
+        record = values["RECORD"]
+        assert v[f"{family}.record"] == f"{record['idea']}/{record['record_id']}"
+        assert v[f"{family}.source_commit"] == values["SOURCE_COMMIT"]
+        assert len(v[f"{family}.source_commit"]) == 40
+
+
+def test_a_damaged_provenance_is_reported_not_raised(tmp_path, monkeypatch):
+    fake = tmp_path / "kernel_fun"
+    (fake / "good").mkdir(parents=True)
+    (fake / "bad").mkdir()
+    (fake / "good" / "_provenance.py").write_text(
+        'SOURCE_COMMIT = "' + "a" * 40 + '"\nRECORD = {"idea": "001-x", "record_id": "r1"}\n'
+    )
+    (fake / "bad" / "_provenance.py").write_text("RECORD = {\n")
+    monkeypatch.setattr(kernel_fun, "__file__", str(fake / "__init__.py"))
+    v = kernel_fun.versions()
+    assert v["good.record"] == "001-x/r1" and v["good.source_commit"] == "a" * 40
+    assert v["bad.record"] == v["bad.source_commit"] == "unreadable"
 
 
 def test_version_is_a_valid_pep440_string():

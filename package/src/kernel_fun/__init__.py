@@ -84,7 +84,10 @@ def versions() -> dict[str, str]:
     Returns a dict with the keys ``kernel_fun``, ``torch``, ``triton``, ``fla``, ``cutlass``
     (the CuTe DSL, distribution ``nvidia-cutlass-dsl``), ``cuda-python`` and ``python``, each a
     version string or ``"not installed"``; plus ``device`` (``"<name> sm<major><minor>"``, e.g.
-    ``"NVIDIA H200 sm90"``) when torch is installed and sees a CUDA device.
+    ``"NVIDIA H200 sm90"``) when torch is installed and sees a CUDA device; plus, for each
+    vendored family (a subpackage with a ``_provenance.py``), ``"<family>.record"`` (the
+    winning bench record, ``"<idea>/<record_id>"``) and ``"<family>.source_commit"`` (the
+    full sha the kernels were vendored from), or ``"unreadable"`` for a damaged file.
 
     Versions come from installed distribution metadata, so the call imports none of these
     packages; only the ``device`` entry imports torch (when it is installed). Two entries (the
@@ -95,9 +98,40 @@ def versions() -> dict[str, str]:
     for key, dists in _DISTRIBUTIONS.items():
         out[key] = _dist_version(dists)
     out["python"] = platform.python_version()
+    for family, (record, commit) in _vendored().items():
+        out[f"{family}.record"] = record
+        out[f"{family}.source_commit"] = commit
     device = _device_name()
     if device is not None:
         out["device"] = device
+    return out
+
+
+def _vendored() -> dict[str, tuple[str, str]]:
+    """{family: ("<idea>/<record_id>", source commit)} from each ``_provenance.py`` beside
+    this file, read as literals (never imported: that would pull in the family)."""
+    import ast
+    from pathlib import Path
+
+    out: dict[str, tuple[str, str]] = {}
+    for path in sorted(Path(__file__).resolve().parent.glob("*/_provenance.py")):
+        values: dict[str, Any] = {}
+        try:
+            for node in ast.parse(path.read_bytes(), str(path)).body:
+                if (
+                    isinstance(node, ast.Assign)
+                    and len(node.targets) == 1
+                    and isinstance(node.targets[0], ast.Name)
+                    and node.targets[0].id in ("RECORD", "SOURCE_COMMIT")
+                ):
+                    values[node.targets[0].id] = ast.literal_eval(node.value)
+            record = f"{values['RECORD']['idea']}/{values['RECORD']['record_id']}"
+            commit = values["SOURCE_COMMIT"]
+            if not isinstance(commit, str):
+                raise TypeError(commit)
+        except (OSError, SyntaxError, ValueError, KeyError, TypeError):
+            record = commit = "unreadable"
+        out[path.parent.name] = (record, commit)
     return out
 
 

@@ -28,5 +28,5 @@ OUTPUT_FILES = {
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "bc0c7f90f07876dfe1da46c7377e54fc0def8459948afe939ba730fa163cc642",
+    "tool_sha256": "c29e07ffd1d8df7c88c832126e8e0db5d45cc3aef320194181e6b2eddd09de5c",
 }

@@ -1,0 +1,38 @@
+"""The rule behind each family's VENDOR map: whatever can be promoted can be vendored."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.ladderfab import vl
+
+FAMILIES = sorted(p.parent.name for p in (vl.TOOL_ROOT / "ladder" / "kernels").glob("*/family.py"))
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_the_winner_is_in_the_vendor_map(name):
+    """The family's winner at HEAD (its best promotable record) is what `make vendor` takes,
+    so its modules must be in VENDOR["modules"]; every entry there names an idea folder and
+    modules that exist."""
+    from ladder.records import NoWinner, winner
+
+    repo = vl.TOOL_ROOT
+    spec = vl.load_family_spec(repo, "HEAD", name)
+    folders = vl.idea_folders(repo, "HEAD", spec)
+    for folder, mapping in spec.modules.items():
+        assert folder in folders, f"VENDOR['modules'] maps {folder}, which is not an idea"
+        for stem in mapping:
+            assert (repo / spec.ideas_dir / folder / f"{stem}.py").is_file(), (folder, stem)
+        assert "kernel" in mapping, f"{folder}: its kernel.py must be mapped"
+    try:
+        won = winner(
+            name,
+            repo,
+            device=spec.target_device,
+            code_sha_of=vl.code_sha_lookup(repo, "HEAD", spec),
+        )
+    except NoWinner:
+        return  # nothing can be promoted yet: nothing the map must hold
+    assert won.idea in spec.modules, (
+        f"the winner {won.idea} is not in VENDOR['modules'] of {spec.family_dir}/family.py"
+    )

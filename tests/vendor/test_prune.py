@@ -1,0 +1,85 @@
+"""The prune pass (after the freeze), input source -> expected source, and ruff's agreement."""
+
+from __future__ import annotations
+
+from tests.ladderfab import REPO, vl
+from tests.vendor.passes import freeze_and_prune, src
+
+SOURCE = """
+import os
+
+A = os.environ.get("TOY_A", "1") == "1"
+
+
+# the slow path's helper
+# noqa: E731
+def _slow(x):
+    return -x
+
+
+def toy_fwd(x):
+    if not A:
+        return _slow(x)
+    return x
+
+
+# fmt: off
+def _fast(x):
+    return x
+
+
+TABLE = [1,
+         2]
+# fmt: on
+"""
+
+
+def test_what_became_unused_goes_and_its_comments_stay():
+    out = freeze_and_prune(SOURCE)
+    assert out.lstrip("\n") == src(
+        """
+        # the slow path's helper
+        # noqa: E731
+
+
+        def toy_fwd(x):
+            return x
+
+
+        # fmt: off
+        def _fast(x):
+            return x
+
+
+        TABLE = [1,
+                 2]
+        # fmt: on
+        """
+    )
+    # ruff format of the output changes nothing it was not asked to (fmt: off kept the table)
+    formatted = vl.format_python(out, "k.py", (REPO / "pyproject.toml").read_bytes()).decode()
+    assert "TABLE = [1,\n         2]" in formatted
+    again = vl.format_python(formatted, "k.py", (REPO / "pyproject.toml").read_bytes())
+    assert again.decode() == formatted
+
+
+def test_comments_of_a_removed_last_statement_go_to_the_end_of_the_module():
+    out = freeze_and_prune(
+        """
+        import os
+
+        A = os.environ.get("TOY_A", "1") == "1"
+
+
+        def toy_fwd(x):
+            if not A:
+                return _gone(x)
+            return x
+
+
+        # type: ignore
+        def _gone(x):
+            return x
+        """
+    )
+    assert out.endswith("def toy_fwd(x):\n    return x\n\n\n# type: ignore\n")
