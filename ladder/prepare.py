@@ -132,6 +132,24 @@ def _drop_idea_modules(family: str, folders: Sequence[str]) -> None:
             del sys.modules[name]
 
 
+def _check_environment(
+    found: Mapping[str, knobs.Knob], given: Mapping[str, str], environ: Mapping[str, str]
+) -> None:
+    """Refuse a knob set in the environment (not by --knob) to a value its code cannot use:
+    one its conversion rejects, or a non-finite float, before anything is imported or timed."""
+    for key in sorted(set(found) - set(given)):
+        raw = environ.get(key)
+        if raw is None:
+            continue
+        try:
+            knobs.parse_value(found[key], raw)
+        except knobs.KnobError as exc:
+            why = str(exc).split(": ", 1)[-1]
+            raise LadderError(
+                f"{why.split(';')[0]} in the environment; unset it (`unset {key}`)"
+            ) from None
+
+
 def _check_knob_rules(
     fam: ModuleType,
     found: Mapping[str, knobs.Knob],
@@ -191,6 +209,7 @@ def prepare_idea(
             raise LadderError(f"--knob {key}={value}: {key} is a bool knob; give 0 or 1")
     env = {k: str(v) for k, v in (defaults or {}).items() if k in found and k not in given}
     env.update(given)
+    _check_environment(found, given, {**os.environ, **env})
     _check_knob_rules(fam, found, given, {**os.environ, **env})
     prepared = PreparedIdea(
         family=family,

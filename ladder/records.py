@@ -38,6 +38,7 @@ __all__ = [
     "STATUSES",
     "NoWinner",
     "RecordError",
+    "RecordNotWritten",
     "Winner",
     "code_unchanged_since",
     "ensure_records_dir",
@@ -46,6 +47,7 @@ __all__ = [
     "current_code_sha_of",
     "prod_ratio",
     "read_record",
+    "rescue_record",
     "validate_record",
     "winner",
     "write_record",
@@ -208,6 +210,8 @@ def validate_record(rec: dict) -> None:
     for key, val in knobs.items():
         if not isinstance(val, (int, float, bool, str)):
             raise v.fail(f"knobs.{key}", f"expected int, float, bool or str, got {val!r}")
+        if isinstance(val, float) and not math.isfinite(val):
+            raise v.fail(f"knobs.{key}", f"expected a finite number, got {val!r}")
     clocks = v.dict_(rec, "clocks", "clocks")
     v.dict_(clocks, "start", "clocks.start")
     v.dict_(clocks, "end", "clocks.end")
@@ -274,9 +278,61 @@ TEMP_PREFIX = ".rec-"
 TEMP_SUFFIX = ".tmp"
 
 
+class RecordNotWritten(RecordError):
+    """A finished measurement could not be written where it belongs; the message says why and
+    where it was saved instead (exit 1: the run happened, its result is not in records/)."""
+
+    exit_code = 1
+
+
+RESCUE_DIR_ENV = "LADDER_RESCUE_DIR"
+
+
+def rescue_record(rec: dict, why: str) -> RecordNotWritten:
+    """Save a record that could not be written where it belongs, and return the error to raise.
+
+    The record (private keys dropped; nan/inf kept as JSON's NaN/Infinity, anything else not
+    JSON as its string) goes to ``$LADDER_RESCUE_DIR`` (default: the system's temporary
+    folder) as ``ladder-rescue-<family>-<record_id>.json``, created exclusively. When even
+    that fails, the JSON is printed on stderr. The returned error's message is one line:
+    ``why``, then where the measurement is.
+    """
+    import sys
+
+    rid = str(rec.get("record_id") or "unknown") if isinstance(rec, dict) else "unknown"
+    fam = str(rec.get("family") or "unknown") if isinstance(rec, dict) else "unknown"
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", f"ladder-rescue-{fam}-{rid}")
+    try:
+        text = json.dumps(_clean(rec), indent=2, allow_nan=True, default=str) + "\n"
+    except (TypeError, ValueError, RecursionError):
+        text = repr(rec) + "\n"
+    folder = Path(os.environ.get(RESCUE_DIR_ENV) or tempfile.gettempdir())
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path, n = folder / f"{safe}.json", 1
+        while True:
+            try:
+                with open(path, "x", encoding="utf-8") as fh:
+                    fh.write(text)
+                break
+            except FileExistsError:
+                n += 1
+                path = folder / f"{safe}-{n}.json"
+        where = f"the measurement is saved in {path}"
+    except OSError:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+        where = "the measurement is printed above as JSON"
+    return RecordNotWritten(f"record not written: {why}; {where}")
+
+
 def write_record(idea_dir: Path, rec: dict, *, records_dir: Path | None = None) -> Path:
     """Validate ``rec`` and create ``<records_dir>/<record_id>.json`` (default records_dir:
     ``idea_dir/records``, created if missing), never overwriting and never half-written.
+
+    A record that cannot be written there (invalid, the name taken, the folder not writable,
+    a value JSON cannot hold) is never lost: :func:`rescue_record` saves it elsewhere and
+    RecordNotWritten (a RecordError, exit 1) says why and where.
 
     The JSON goes first to a hidden temporary file ``.rec-*.tmp`` in the same folder (same
     file system, so the final step is atomic), which is then hard-linked to the final name
@@ -286,9 +342,19 @@ def write_record(idea_dir: Path, rec: dict, *, records_dir: Path | None = None) 
     system without hard links the temporary file is renamed onto the final name instead,
     after checking that the name is free.
 
-    Returns the path. Raises RecordError (one line, naming the path) when the record is
-    invalid, the file exists, or the folder cannot be created or written.
+    Returns the path. Raises RecordNotWritten (one line, naming the path and the rescue file)
+    when the record is invalid, the file exists, or the folder cannot be created or written.
     """
+    try:
+        return _write_new(idea_dir, rec, records_dir)
+    except RecordError as exc:
+        raise rescue_record(rec, str(exc)) from None
+    except (TypeError, ValueError) as exc:  # a value JSON cannot hold
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise rescue_record(rec, f"cannot encode it as JSON: {reason}") from None
+
+
+def _write_new(idea_dir: Path, rec: dict, records_dir: Path | None) -> Path:
     validate_record(rec)
     out_dir = Path(records_dir) if records_dir is not None else Path(idea_dir) / "records"
     final = out_dir / f"{rec['record_id']}.json"
