@@ -488,6 +488,7 @@ def winner(
         "commit": rec["commit"],
         "code_sha": rec["code_sha"],
         "knobs": rec["knobs"],
+        "passed_over": w.passed_over,
     }
     if as_json:
         typer.echo(json.dumps(info, indent=2))
@@ -497,6 +498,8 @@ def winner(
         f"{rec['device']['name']}, {rec['created']}, commit {(rec['commit'] or '')[:12]})"
     )
     typer.echo(f"record: {w.record_path}")
+    for line in w.passed_over:
+        typer.echo(f"passed over: {line}")
 
 
 def main() -> None:

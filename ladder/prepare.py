@@ -75,7 +75,7 @@ def related_ideas(family: str, folder: str, root: Path | None = None) -> list[st
     todo = [folder]
     while todo:
         cur = todo.pop()
-        files = codehash.idea_files_from_dir(fdir / "ideas" / cur)
+        files = codehash.idea_files_all(fdir / "ideas" / cur)
         for rel, data in files.items():
             if not rel.endswith(".py"):
                 continue
@@ -97,7 +97,7 @@ def idea_knobs(family: str, folder: str, root: Path | None = None) -> dict[str, 
     fdir = paths.family_dir(family, root)
     out: dict[str, knobs.Knob] = {}
     for name in [folder, *related_ideas(family, folder, root)]:
-        files = codehash.idea_files_from_dir(fdir / "ideas" / name)
+        files = codehash.idea_files_all(fdir / "ideas" / name)
         try:
             found = knobs.scan_idea(files, family)
         except knobs.KnobError as exc:

@@ -25,7 +25,7 @@ import os
 import re
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,8 @@ __all__ = [
     "load_idea_records",
     "load_records",
     "current_code_sha_of",
+    "explain_stale",
+    "is_baseline",
     "prod_ratio",
     "read_record",
     "rescue_record",
@@ -504,12 +506,52 @@ def prod_ratio(rec: dict) -> float | None:
 
 @dataclass
 class Winner:
-    """The promotable record with the best prod ratio. idea: the idea folder name."""
+    """The promotable record with the best prod ratio. idea: the idea folder name.
+    passed_over: one line per stale record that would have ranked above it, saying which
+    files made it stale (empty when staleness is judged at a commit, as the vendor does)."""
 
     record: dict
     idea: str
     record_path: Path
     score: float
+    passed_over: list[str] = field(default_factory=list)
+
+
+def is_baseline(folder: str) -> bool:
+    """Whether an idea folder is the family's baseline benched as an idea (``000-*``): shown
+    on the board, never a winner."""
+    return paths.IDEA_RE.match(folder) is not None and folder[:3] == "000"
+
+
+def explain_stale(rec: dict, idea_dir: Path) -> str:
+    """Why a record's code_sha differs from its idea's code now, in one line: the files that
+    differ (changed, added, removed) between the record's commit and the working tree, when
+    git can tell; else why it cannot."""
+    from ladder import codehash
+
+    commit = rec.get("commit")
+    try:
+        now = codehash.idea_files_from_dir(idea_dir)
+    except codehash.CodeHashError as exc:
+        return f"code differs from the record's ({exc})"
+    if not commit:
+        return "code differs from the record's (it names no commit, so the files are unknown)"
+    try:
+        then = codehash.idea_files_in_history(idea_dir, commit)
+    except codehash.CodeHashError:
+        return (
+            f"code differs from the record's (its commit {commit[:12]} is not in this "
+            f"repository, so the files are unknown)"
+        )
+    if codehash.code_sha(then) != rec.get("code_sha"):
+        return (
+            f"code differs from the record's (it was benched on code other than commit "
+            f"{commit[:12]}'s, so the files are unknown)"
+        )
+    diff = codehash.diff_files(then, now)
+    if not diff:  # cannot happen while both sides hash the same files; said plainly if it does
+        return f"code_sha differs from the record's, though no file differs from {commit[:12]}"
+    return f"{', '.join(diff)} since commit {commit[:12]}"
 
 
 def current_code_sha_of(family: str, root: Path | None = None) -> Callable[[str], str]:
@@ -533,22 +575,42 @@ def winner(
     *,
     device: str | None = None,
     code_sha_of: Callable[[str], str] | None = None,
+    explain: Callable[[dict], str] | None = None,
 ) -> Winner:
     """The family's winner among its records.
 
-    Promotable: status "passed", dirty false, device name containing ``device``
-    (case-insensitive; default the family's TARGET_DEVICE), a timed prod shape, and code_sha
-    equal to ``code_sha_of(idea folder name)`` (default: the working tree's code). Best:
-    highest :func:`prod_ratio`; ties go to the earliest created, then the smallest record_id.
-    Raises NoWinner with the reason each record was passed over.
+    Promotable: not the baseline idea (``000-*``), status "passed", dirty false, device name
+    containing ``device`` (case-insensitive; default the family's TARGET_DEVICE), a timed
+    prod shape, and code_sha equal to ``code_sha_of(idea folder name)`` (default: the
+    working tree's code). Best: highest :func:`prod_ratio`; ties go to the earliest created,
+    then the smallest record_id. explain(record) says why a stale record is stale (default:
+    :func:`explain_stale` against the working tree when ``code_sha_of`` is the default, else
+    nothing). Raises NoWinner with the reason each record was passed over.
     """
     recs = load_records(family, root)
     if device is None:
         device = str(paths.load_family(family, root).TARGET_DEVICE)
     sha_of = code_sha_of or current_code_sha_of(family, root)
-    reasons = {"not passed": 0, "dirty": 0, "other device": 0, "no prod timing": 0, "stale": 0}
+    if explain is None and code_sha_of is None:
+        fdir = paths.family_dir(family, root)
+
+        def explain(rec: dict) -> str:
+            return explain_stale(rec, fdir / "ideas" / Path(rec["_path"]).parent.parent.name)
+
+    reasons = {
+        "baseline": 0,
+        "not passed": 0,
+        "dirty": 0,
+        "other device": 0,
+        "no prod timing": 0,
+        "stale": 0,
+    }
     best: tuple[tuple, dict, float] | None = None
+    stale: list[tuple[float, dict]] = []
     for rec in recs:
+        if is_baseline(Path(rec["_path"]).parent.parent.name):
+            reasons["baseline"] += 1
+            continue
         if rec["status"] != "passed":
             reasons["not passed"] += 1
             continue
@@ -565,6 +627,7 @@ def winner(
         folder = Path(rec["_path"]).parent.parent.name
         if rec["code_sha"] != sha_of(folder):
             reasons["stale"] += 1
+            stale.append((score, rec))
             continue
         key = (-score, _created(rec), rec["record_id"])
         if best is None or key < best[0]:
@@ -576,11 +639,40 @@ def winner(
                 f"`python -m ladder bench {family} <idea>`"
             )
         parts = [f"{n} {label}" for label, n in reasons.items() if n]
+        why = "; ".join(_stale_lines(stale, explain, limit=3))
         raise NoWinner(
             f"no promotable {family} record on a device matching {device!r} among {len(recs)} "
-            f"({', '.join(parts)}); commit, then `python -m ladder bench {family} <idea>` on a "
-            f"clean tree"
+            f"({', '.join(parts)}){'; ' + why if why else ''}; commit, then "
+            f"`python -m ladder bench {family} <idea>` on a clean tree"
         )
     _, rec, score = best
     path = Path(rec["_path"])
-    return Winner(record=rec, idea=path.parent.parent.name, record_path=path, score=score)
+    above = [(s, r) for s, r in stale if s > score]
+    return Winner(
+        record=rec,
+        idea=path.parent.parent.name,
+        record_path=path,
+        score=score,
+        passed_over=_stale_lines(above, explain, limit=5),
+    )
+
+
+def _stale_lines(
+    stale: list[tuple[float, dict]], explain: Callable[[dict], str] | None, *, limit: int
+) -> list[str]:
+    """'<idea> record <id> (prod x) is stale: <why>' for the best-scoring stale records, one
+    per idea, at most ``limit``; [] without an explainer."""
+    if explain is None:
+        return []
+    out, seen = [], set()
+    for score, rec in sorted(stale, key=lambda sr: -sr[0]):
+        folder = Path(rec["_path"]).parent.parent.name
+        if folder in seen:
+            continue
+        seen.add(folder)
+        out.append(
+            f"{folder} record {rec['record_id']} (prod {score:.3f}x) is stale: {explain(rec)}"
+        )
+        if len(out) == limit:
+            break
+    return out
