@@ -306,27 +306,34 @@ def _status(r: BoardRow) -> str:
 
 
 def _board_table(board: Board) -> Any:
+    from rich import box
     from rich.table import Table
 
     dev = board.device or "any device"
-    table = Table(title=f"{board.family} on {dev} (prod shape; ratio = fla / idea)")
+    table = Table(
+        title=f"{board.family} on {dev} (prod shape; ratio = fla / idea)",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+    )
     for col, justify in [
         ("", "left"),
         ("idea", "left"),
         ("status", "left"),
-        ("fwd ms", "right"),
-        ("fla fwd", "right"),
-        ("bwd ms", "right"),
-        ("fla bwd", "right"),
-        ("fwd x", "right"),
-        ("bwd x", "right"),
-        ("prod x", "right"),
-        ("fwd %copy", "right"),
-        ("bwd %copy", "right"),
-        ("max err ratio", "right"),
+        ("fwd\nms", "right"),
+        ("fla\nfwd", "right"),
+        ("bwd\nms", "right"),
+        ("fla\nbwd", "right"),
+        ("fwd\nx", "right"),
+        ("bwd\nx", "right"),
+        ("prod\nx", "right"),
+        ("fwd\n%copy", "right"),
+        ("bwd\n%copy", "right"),
+        ("max err\nratio", "right"),
         ("device", "left"),
         ("date", "left"),
-        ("code unchanged since", "left"),
+        ("code unchanged\nsince", "left"),
     ]:
         table.add_column(col, justify=justify, no_wrap=True)
     for r in board.rows:
@@ -361,7 +368,7 @@ def _stacked_lines(board: Board) -> list[str]:
         if r.record_id is None:
             continue
         lines.append(
-            f"    prod {_fmt(r.prod_ratio, '.3f')}x  max err ratio {_fmt(r.err_ratio, '.3f')}"
+            f"    prod ratio {_fmt(r.prod_ratio, '.3f')}  max err ratio {_fmt(r.err_ratio, '.3f')}"
         )
         for d in ("fwd", "bwd"):
             ms, fla = getattr(r, f"{d}_ms"), getattr(r, f"fla_{d}_ms")
@@ -369,7 +376,7 @@ def _stacked_lines(board: Board) -> list[str]:
                 continue
             lines.append(
                 f"    {d} {_fmt(ms, '.4f')} ms  fla {_fmt(fla, '.4f')} ms  "
-                f"{_fmt(getattr(r, f'{d}_ratio'), '.3f')}x  "
+                f"ratio {_fmt(getattr(r, f'{d}_ratio'), '.3f')}  "
                 f"{_pct(getattr(r, f'{d}_fraction_of_copy'))}% of copy"
             )
         lines.append(f"    {r.device or '-'}  {(r.created or '-')[:10]}")
@@ -386,7 +393,8 @@ def render_board(board: Board, console: Any) -> None:
     from rich.text import Text
 
     table = _board_table(board)
-    if Measurement.get(console, console.options, table).maximum <= console.width:
+    natural = Measurement.get(console, console.options.update_width(1 << 16), table).maximum
+    if natural <= console.width:
         console.print(table)
     else:
         for line in _stacked_lines(board):
