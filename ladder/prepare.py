@@ -22,11 +22,14 @@ from ladder.paths import LadderError
 __all__ = [
     "SEED_LIMIT",
     "PreparedIdea",
+    "MAX_SWEEP_POINTS",
     "check_seed",
     "idea_knobs",
+    "knob_rows",
     "parse_knob_args",
     "prepare_idea",
     "related_ideas",
+    "sweep_points",
 ]
 
 _KEY_RE = re.compile(r"^[A-Z][A-Z0-9_]*\Z")
@@ -224,3 +227,96 @@ def prepare_idea(
         _drop_idea_modules(family, [folder, *related_ideas(family, folder, root)])
         prepared.module = paths.load_idea(family, folder, root)
     return prepared
+
+
+MAX_SWEEP_POINTS = 64
+
+
+def sweep_points(items: Sequence[str]) -> list[list[str]]:
+    """The points of a knob sweep: ``--knob KEY=v1,v2`` items -> the cartesian product, each
+    point a list of ``KEY=VALUE`` items in the order given (the first key varies slowest).
+    An item without a comma is a single value. Raises LadderError for an empty value, a
+    value listed twice, a key given twice, or more than MAX_SWEEP_POINTS points."""
+    import itertools
+
+    keys: list[str] = []
+    values: list[list[str]] = []
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not _KEY_RE.match(key):
+            raise LadderError(
+                f"--knob takes KEY=VALUE or KEY=v1,v2,... with an upper-case key, got {item!r}"
+            )
+        if key in keys:
+            raise LadderError(f"--knob {key} given twice; list its values once: {key}=v1,v2")
+        vals = raw.split(",")
+        if any(v == "" for v in vals):
+            raise LadderError(f"--knob {item}: an empty value in the list; drop the extra comma")
+        dup = next((v for i, v in enumerate(vals) if v in vals[:i]), None)
+        if dup is not None:
+            raise LadderError(f"--knob {item}: value {dup!r} is listed twice; list it once")
+        keys.append(key)
+        values.append(vals)
+    count = 1
+    for vals in values:
+        count *= len(vals)
+    if count > MAX_SWEEP_POINTS:
+        sizes = " x ".join(str(len(v)) for v in values)
+        raise LadderError(
+            f"the sweep has {count} points ({sizes}), more than {MAX_SWEEP_POINTS}; "
+            f"sweep fewer values per bench"
+        )
+    return [
+        [f"{k}={v}" for k, v in zip(keys, combo, strict=True)]
+        for combo in itertools.product(*values)
+    ]
+
+
+def knob_rows(
+    family: str, ref: str, root: Path | None = None, environ: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """Every knob the idea reads (its own modules' and those of the ideas it imports), one
+    dict per knob, by key: key, name, type, default, value (in effect under ``environ``,
+    default os.environ), set (whether the environment sets it), allowed (the family's
+    KNOB_RULES text, or None), where (``ideas/<folder>/<file>:<line>``) and error (why the
+    environment's value is unusable, else None). Raises UnknownFamily, UnknownIdea, or
+    LadderError when an idea reads the environment outside the knob form."""
+    env = os.environ if environ is None else environ
+    fam = paths.load_family(family, root)
+    folder = paths.resolve_idea(family, ref, root)
+    rules = getattr(fam, "KNOB_RULES", None) or {}
+    fdir = paths.family_dir(family, root)
+    owner: dict[str, str] = {}
+    for name in [folder, *related_ideas(family, folder, root)]:
+        try:
+            found = knobs.scan_idea(codehash.idea_files_all(fdir / "ideas" / name), family)
+        except knobs.KnobError as exc:
+            raise LadderError(f"ideas/{name}/{exc}") from None
+        for key in found:
+            owner.setdefault(key, name)
+    rows = []
+    for key, knob in sorted(idea_knobs(family, folder, root).items()):
+        raw = env.get(key)
+        value: Any = knob.default
+        error = None
+        if raw is not None:
+            try:
+                value = knobs.parse_value(knob, raw)
+            except knobs.KnobError as exc:
+                value, error = raw, str(exc).split(": ", 1)[-1]
+        rule = rules.get(key)
+        rows.append(
+            {
+                "key": key,
+                "name": knob.name,
+                "type": knob.kind,
+                "default": knob.default,
+                "value": value,
+                "set": raw is not None,
+                "allowed": rule[0] if rule else None,
+                "where": f"ideas/{owner[key]}/{knob.file}:{knob.line}",
+                "error": error,
+            }
+        )
+    return rows
