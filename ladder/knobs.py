@@ -21,7 +21,6 @@ effect; ``tools/vendor.py`` uses :func:`scan_module` to find the assignments it 
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -309,12 +308,6 @@ class _Scanner:
             raise self._fail(stmt, "more than one environment access in one knob assignment")
         try:
             default = _convert(kind, default_str, compare_op, compare_literal)
-        except NonFinite:
-            raise self._fail(
-                stmt,
-                f"knob {key}: default {default_str!r} is not a finite float (nan and inf are "
-                "refused); give a finite number",
-            ) from None
         except ValueError:
             raise self._fail(
                 stmt, f"knob {key}: default {default_str!r} is not a valid {kind}; fix it"
@@ -568,21 +561,13 @@ def _error_line(err: KnobError) -> int:
     return int(match.group(1)) if match else 0
 
 
-class NonFinite(ValueError):
-    """A float knob value that parses but is nan or infinite (a record cannot hold it and the
-    vendor cannot freeze it to a literal)."""
-
-
 def _convert(
     kind: KnobKind, raw: str, compare_op: str | None, compare_literal: str | None
 ) -> KnobValue:
     if kind == "int":
         return int(raw)
     if kind == "float":
-        value = float(raw)
-        if not math.isfinite(value):
-            raise NonFinite(raw)
-        return value
+        return float(raw)
     if kind == "bool":
         return (raw == compare_literal) if compare_op == "==" else (raw != compare_literal)
     return raw
@@ -650,16 +635,10 @@ def parse_value(knob: Knob, raw: str) -> KnobValue:
     """Convert an environment string exactly as the knob's code does.
 
     int -> ``int(raw)``, float -> ``float(raw)``, bool -> ``raw == lit`` / ``raw != lit``,
-    str -> raw. Raises KnobError when the code's conversion would raise, and for a float that
-    is nan or infinite (no record can hold it, no vendored literal can freeze it).
+    str -> raw. Raises KnobError when the code's conversion would raise.
     """
     try:
         return _convert(knob.kind, raw, knob.compare_op, knob.compare_literal)
-    except NonFinite as exc:
-        raise KnobError(
-            f"{knob.file}:{knob.line}: {knob.key}={raw!r} is not a finite float (nan and inf "
-            f"are refused); give a finite number"
-        ) from exc
     except ValueError as exc:
         raise KnobError(
             f"{knob.file}:{knob.line}: {knob.key}={raw!r} is not a valid {knob.kind}; "

@@ -7,6 +7,7 @@ imported. The knobs an idea reads are its own modules' plus those of the ideas i
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -26,6 +27,7 @@ __all__ = [
     "check_seed",
     "idea_knobs",
     "knob_rows",
+    "parse_knob_value",
     "parse_knob_args",
     "prepare_idea",
     "related_ideas",
@@ -67,6 +69,29 @@ def parse_knob_args(items: Sequence[str]) -> dict[str, str]:
             raise LadderError(f"--knob {key} given twice; keep one")
         out[key] = value
     return out
+
+
+def parse_knob_value(knob: knobs.Knob, raw: str) -> knobs.KnobValue:
+    """``knobs.parse_value``, and a float must be finite: nan and inf pass the code's
+    ``float()`` but no record can hold them and no vendored literal can freeze them. Raises
+    KnobError (``file:line: ...``, naming the knob)."""
+    value = knobs.parse_value(knob, raw)
+    if knob.kind == "float" and not math.isfinite(value):
+        raise knobs.KnobError(
+            f"{knob.file}:{knob.line}: {knob.key}={raw!r} is not a finite float (nan and inf "
+            f"are refused); give a finite number"
+        )
+    return value
+
+
+def _check_defaults(found: Mapping[str, knobs.Knob]) -> None:
+    """Refuse an idea whose float knob defaults to nan or inf."""
+    for key, knob in sorted(found.items()):
+        if knob.kind == "float" and not math.isfinite(knob.default):
+            raise LadderError(
+                f"{knob.file}:{knob.line}: knob {key}: default {knob.source_default!r} is not "
+                f"a finite float (nan and inf are refused); give a finite number"
+            )
 
 
 def related_ideas(family: str, folder: str, root: Path | None = None) -> list[str]:
@@ -145,7 +170,7 @@ def _check_environment(
         if raw is None:
             continue
         try:
-            knobs.parse_value(found[key], raw)
+            parse_knob_value(found[key], raw)
         except knobs.KnobError as exc:
             why = str(exc).split(": ", 1)[-1]
             raise LadderError(
@@ -196,6 +221,7 @@ def prepare_idea(
     fam = paths.load_family(family, root)
     folder = paths.resolve_idea(family, ref, root)
     found = idea_knobs(family, folder, root)
+    _check_defaults(found)
     given = parse_knob_args(knob_items)
     for key, value in given.items():
         if key not in found:
@@ -204,7 +230,7 @@ def prepare_idea(
                 f"idea {folder} never reads {key} (it reads {reads}); drop --knob {key}={value}"
             )
         try:
-            knobs.parse_value(found[key], value)
+            parse_knob_value(found[key], value)
         except knobs.KnobError as exc:
             raise LadderError(f"--knob {key}={value}: {exc}") from None
         if found[key].kind == "bool" and value not in ("0", "1"):
@@ -302,7 +328,7 @@ def knob_rows(
         error = None
         if raw is not None:
             try:
-                value = knobs.parse_value(knob, raw)
+                value = parse_knob_value(knob, raw)
             except knobs.KnobError as exc:
                 value, error = raw, str(exc).split(": ", 1)[-1]
         rule = rules.get(key)
