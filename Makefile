@@ -14,6 +14,7 @@ DRY_RUN ?=
 JSON ?=
 STAGES ?=
 SHAPES ?= all
+KNOBS ?=
 STRICT ?=
 OUT ?= out
 # Yes/no switches (DRY_RUN, STRICT, JSON): on for 1/yes/true/on, off when unset, 0, no, ...
@@ -43,8 +44,8 @@ vendor:  ## promote FAMILY's winner into package/ (IDEA=NNN RECORD=id COMMIT=sha
 drift:  ## is the package what vendor makes of its recorded source? (STRICT=1: stale is fatal)
 	$(PY) tools/drift.py $(if $(call on,$(STRICT)),--strict) $(if $(call on,$(JSON)),--json)
 
-bench:  ## bench IDEA of FAMILY on the GPU (SHAPES=prod|sweep|all)
-	$(PY) -m ladder bench $(FAMILY) $(IDEA) --shapes $(SHAPES)
+bench:  ## bench IDEA of FAMILY on the GPU (SHAPES=prod|sweep|all; KNOBS="K=v K2=a,b" sweeps)
+	$(PY) -m ladder bench $(FAMILY) $(IDEA) --shapes $(SHAPES)$(if $(KNOBS), $(addprefix --knob ,$(KNOBS)))
 
 board:  ## rank FAMILY's ideas from committed records
 	$(PY) -m ladder board $(FAMILY)

@@ -141,19 +141,54 @@ def _git(root: Path, *args: str) -> str | None:
     return proc.stdout if proc.returncode == 0 else None
 
 
+def _is_new_record(path: str) -> bool:
+    """Whether a repository path lies under ``.../ideas/<NNN-slug>/records/``."""
+    parts = path.split("/")
+    return any(
+        parts[i] == "ideas" and paths.IDEA_RE.match(parts[i + 1]) and parts[i + 2] == "records"
+        for i in range(len(parts) - 3)
+    )
+
+
+def _dirt(porcelain_z: str) -> list[str]:
+    """The paths that make a tree dirty, from ``git status --porcelain -z``: every entry
+    but an untracked file under an idea's records/."""
+    out: list[str] = []
+    items = porcelain_z.split("\0")
+    i = 0
+    while i < len(items):
+        item = items[i]
+        i += 1
+        if len(item) < 4:
+            continue
+        code, path = item[:2], item[3:]
+        if code[0] in "RC":
+            i += 1  # the entry after a rename or copy is its source path
+        if code == "??" and _is_new_record(path):
+            continue
+        out.append(path)
+    return out
+
+
 def git_state(root: Path, *, allow_dirty: bool, environ: dict[str, str] | None = None) -> GitState:
     """The commit benched and whether the tree is dirty.
 
     From git (``rev-parse HEAD``, ``status --porcelain``) when ``root`` is in a repository,
-    else from LADDER_COMMIT / LADDER_DIRTY ("0"/"1"/"true"/"false"). Raises LadderError when
-    neither is available (unless allow_dirty: then commit None, dirty True) and when the
-    tree is dirty without allow_dirty.
+    else from LADDER_COMMIT / LADDER_DIRTY ("0"/"1"/"true"/"false"). New, untracked files
+    under an idea's ``records/`` are not dirt (the records of an earlier bench, e.g. the
+    points of a knob sweep, awaiting their commit); a modified or deleted tracked record is.
+    Raises LadderError when neither is available (unless allow_dirty: then commit None,
+    dirty True) and when the tree is dirty without allow_dirty.
     """
     env = os.environ if environ is None else environ
     head = _git(root, "rev-parse", "HEAD")
-    status = _git(root, "status", "--porcelain") if head is not None else None
+    status = (
+        _git(root, "status", "--porcelain", "-z", "--untracked-files=all")
+        if head is not None
+        else None
+    )
     if head is not None and status is not None:
-        changed = [line[3:] for line in status.splitlines() if line.strip()]
+        changed = _dirt(status)
         state = GitState(head.strip(), bool(changed), "git", changed)
     elif env.get("LADDER_COMMIT"):
         commit = env["LADDER_COMMIT"].strip().lower()

@@ -39,7 +39,9 @@ __all__ = [
 class BoardRow:
     """One idea. Times in ms at the prod shape (candidate and fla), ratios fla/candidate
     (> 1: faster than fla), fractions of the record's copy ceiling, err_ratio the worst over
-    outputs and shapes. Everything is None when the idea has no record on the device."""
+    outputs and shapes. Everything is None when the idea has no record on the device.
+    baseline: the idea is the family's baseline (``000-*``), shown but never promotable;
+    stale_why: for a stale record, which files differ from the record's code."""
 
     idea: str
     records: int
@@ -62,6 +64,8 @@ class BoardRow:
     created: str | None = None
     code_unchanged_since: str | None = None
     winner: bool = False
+    baseline: bool = False
+    stale_why: str | None = None
 
 
 @dataclass
@@ -154,17 +158,20 @@ def best_record(recs: list[dict], is_current: Any) -> tuple[dict | None, bool]:
     return recs[-1], False
 
 
-def row_for(folder: str, recs: list[dict], is_current: Any) -> BoardRow:
-    """The board row of one idea from its records on the device."""
-    row = BoardRow(idea=folder, records=len(recs))
+def row_for(folder: str, recs: list[dict], is_current: Any, explain: Any = None) -> BoardRow:
+    """The board row of one idea from its records on the device. explain(record), when
+    given, says why a stale record is stale (:func:`ladder.records.explain_stale`)."""
+    row = BoardRow(idea=folder, records=len(recs), baseline=records.is_baseline(folder))
     rec, promotable = best_record(recs, is_current)
     if rec is None:
         return row
     row.record_id = rec["record_id"]
     row.status = rec["status"]
-    row.promotable = promotable
+    row.promotable = promotable and not row.baseline
     row.dirty = rec["dirty"]
     row.stale = not is_current(rec)
+    if row.stale and explain is not None:
+        row.stale_why = explain(rec)
     row.device = rec["device"]["name"]
     row.created = rec["created"]
     row.code_unchanged_since = rec["code_unchanged_since"]
@@ -251,13 +258,26 @@ def build_board(family: str, root: Path | None = None, *, device: str | None = N
             for r in records.load_idea_records(fdir / "ideas" / folder)
             if dev.lower() in r["device"]["name"].lower()
         ]
-        row = row_for(folder, recs, is_current)
+        row = row_for(
+            folder,
+            recs,
+            is_current,
+            lambda rec, d=fdir / "ideas" / folder: records.explain_stale(rec, d),
+        )
         rows.append(row)
         best = next((r for r in recs if r["record_id"] == row.record_id), None)
         points.extend(shape_points(folder, recs, best))
     win, reason = None, None
     try:
-        win = records.winner(family, root, device=dev, code_sha_of=code_of)
+        win = records.winner(
+            family,
+            root,
+            device=dev,
+            code_sha_of=code_of,
+            explain=lambda rec: records.explain_stale(
+                rec, fdir / "ideas" / Path(rec["_path"]).parent.parent.name
+            ),
+        )
     except records.NoWinner as exc:
         reason = str(exc)
     if win is not None:
@@ -271,42 +291,53 @@ def _fmt(v: float | None, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
-def render_board(board: Board, console: Any) -> None:
-    """Print the board as a rich table on ``console``."""
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.1f}"
+
+
+def _status(r: BoardRow) -> str:
+    flags = [
+        f for f, on in (("baseline", r.baseline), ("dirty", r.dirty), ("stale", r.stale)) if on
+    ]
+    return (r.status or "no record") + (f" ({', '.join(flags)})" if flags else "")
+
+
+def _board_table(board: Board) -> Any:
+    from rich import box
     from rich.table import Table
 
     dev = board.device or "any device"
-    table = Table(title=f"{board.family} on {dev} (prod shape; ratio = fla / idea)")
+    table = Table(
+        title=f"{board.family} on {dev} (prod shape; ratio = fla / idea)",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+    )
     for col, justify in [
         ("", "left"),
         ("idea", "left"),
         ("status", "left"),
-        ("fwd ms", "right"),
-        ("fla fwd", "right"),
-        ("bwd ms", "right"),
-        ("fla bwd", "right"),
-        ("fwd x", "right"),
-        ("bwd x", "right"),
-        ("prod x", "right"),
-        ("fwd %copy", "right"),
-        ("bwd %copy", "right"),
-        ("max err ratio", "right"),
+        ("fwd\nms", "right"),
+        ("fla\nfwd", "right"),
+        ("bwd\nms", "right"),
+        ("fla\nbwd", "right"),
+        ("fwd\nx", "right"),
+        ("bwd\nx", "right"),
+        ("prod\nx", "right"),
+        ("fwd\n%copy", "right"),
+        ("bwd\n%copy", "right"),
+        ("max err\nratio", "right"),
         ("device", "left"),
         ("date", "left"),
-        ("code unchanged since", "left"),
+        ("code unchanged\nsince", "left"),
     ]:
-        table.add_column(col, justify=justify)
+        table.add_column(col, justify=justify, no_wrap=True)
     for r in board.rows:
-        flags = []
-        if r.dirty:
-            flags.append("dirty")
-        if r.stale:
-            flags.append("stale")
-        status = (r.status or "no record") + (f" ({', '.join(flags)})" if flags else "")
         table.add_row(
             "★" if r.winner else "",
             r.idea,
-            status,
+            _status(r),
             _fmt(r.fwd_ms, ".4f"),
             _fmt(r.fla_fwd_ms, ".4f"),
             _fmt(r.bwd_ms, ".4f"),
@@ -314,19 +345,71 @@ def render_board(board: Board, console: Any) -> None:
             _fmt(r.fwd_ratio, ".3f"),
             _fmt(r.bwd_ratio, ".3f"),
             _fmt(r.prod_ratio, ".3f"),
-            "-" if r.fwd_fraction_of_copy is None else f"{100 * r.fwd_fraction_of_copy:.1f}",
-            "-" if r.bwd_fraction_of_copy is None else f"{100 * r.bwd_fraction_of_copy:.1f}",
+            _pct(r.fwd_fraction_of_copy),
+            _pct(r.bwd_fraction_of_copy),
             _fmt(r.err_ratio, ".3f"),
             r.device or "-",
             (r.created or "-")[:10],
             r.code_unchanged_since or "-",
         )
-    console.print(table)
+    return table
+
+
+def _stacked_lines(board: Board) -> list[str]:
+    """The board as a few short lines per idea, for a console too narrow for the table."""
+    dev = board.device or "any device"
+    lines = [f"{board.family} on {dev} (prod shape; ratio = fla / idea)"]
+    for r in board.rows:
+        lines.append("")
+        lines.append(f"{'★ ' if r.winner else ''}{r.idea}  {_status(r)}")
+        if r.record_id is None:
+            continue
+        lines.append(
+            f"    prod ratio {_fmt(r.prod_ratio, '.3f')}  max err ratio {_fmt(r.err_ratio, '.3f')}"
+        )
+        for d in ("fwd", "bwd"):
+            ms, fla = getattr(r, f"{d}_ms"), getattr(r, f"fla_{d}_ms")
+            if ms is None:
+                continue
+            lines.append(
+                f"    {d} {_fmt(ms, '.4f')} ms  fla {_fmt(fla, '.4f')} ms  "
+                f"ratio {_fmt(getattr(r, f'{d}_ratio'), '.3f')}  "
+                f"{_pct(getattr(r, f'{d}_fraction_of_copy'))}% of copy"
+            )
+        lines.append(f"    {r.device or '-'}  {(r.created or '-')[:10]}")
+        lines.append(f"    code unchanged since {r.code_unchanged_since or '-'}")
+    lines.append("")
+    return lines
+
+
+def render_board(board: Board, console: Any) -> None:
+    """Print the board on a rich ``console``: a table when it fits the console's width, else
+    a few lines per idea; every number and name in full either way. Then a line per stale
+    record saying which files differ, and the winner (or why there is none)."""
+    from rich.measure import Measurement
+    from rich.text import Text
+
+    table = _board_table(board)
+    natural = Measurement.get(console, console.options.update_width(1 << 16), table).maximum
+    if natural <= console.width:
+        console.print(table)
+    else:
+        for line in _stacked_lines(board):
+            console.print(Text(line), overflow="fold")
+    for r in board.rows:
+        if r.stale and r.stale_why:
+            console.print(
+                Text(f"stale: {r.idea} record {r.record_id}: {r.stale_why}"), overflow="fold"
+            )
+    if any(r.baseline for r in board.rows):
+        console.print(
+            "baseline: 000-* is the family's baseline benched as an idea: shown, never promoted"
+        )
     if board.winner is not None:
         w = board.winner
         console.print(f"winner: {w.idea} record {w.record['record_id']} (prod ratio {w.score:.3f})")
     else:
-        console.print(f"no winner: {board.no_winner}")
+        console.print(Text(f"no winner: {board.no_winner}"), overflow="fold")
 
 
 def board_figure(board: Board) -> Any:

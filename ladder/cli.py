@@ -1,4 +1,4 @@
-"""The ladder command line: ``python -m ladder {new,check,bench,board,winner}``.
+"""The ladder command line: ``python -m ladder {new,check,bench,knobs,show,compare,board,winner}``.
 
 Usage errors (unknown family or idea, an idea without its entry points, a --knob the idea
 never reads, no GPU for a GPU command, a dirty tree) print one line on stderr saying what is
@@ -375,7 +375,12 @@ def bench(
     idea: Annotated[str, typer.Argument(help="Idea: 1, 001 or 001-strip-onepass.")],
     shapes: Annotated[str, typer.Option(help="prod|sweep|all.")] = "all",
     knob: Annotated[
-        list[str] | None, typer.Option("--knob", help="KEY=VALUE env knob (repeatable).")
+        list[str] | None,
+        typer.Option(
+            "--knob",
+            help="KEY=VALUE env knob (repeatable); KEY=v1,v2,... sweeps the values (one "
+            "record per point of the product, same seed).",
+        ),
     ] = None,
     allow_dirty: Annotated[
         bool, typer.Option("--allow-dirty", help="Bench a dirty tree (record dirty=true).")
@@ -428,6 +433,8 @@ def bench(
             prog.stop()
         err.print(text, markup=False)
 
+    if any("," in item for item in opts.knobs):  # a sweep: one record per point
+        raise typer.Exit(_bench_sweep(opts, con, prog, task, progress, log))
     try:
         rec, path = run_bench(opts, progress=progress, log=log)
     finally:
@@ -437,6 +444,176 @@ def bench(
     con.print(f"record: {path}")
     if rec["status"] != "passed":
         raise typer.Exit(1)
+
+
+def _bench_sweep(opts: Any, con: Any, prog: Any, task: Any, progress: Any, log: Any) -> int:
+    """Bench every point of a knob sweep in this process, one record each, all with one seed
+    (so the points see the same inputs). Every point's knobs are checked before the first is
+    measured. A point whose record could not be written is reported (where it was saved) and
+    the sweep goes on. Returns 0 when every point passed and was written, else 1."""
+    import dataclasses
+
+    from rich.table import Table
+
+    from ladder.bench import run_bench
+    from ladder.prepare import check_seed, prepare_idea, sweep_points
+
+    points = sweep_points(opts.knobs)
+    check_seed(opts.seed)
+    for point in points:  # a bad value anywhere fails now, not after hours of measuring
+        prepare_idea(opts.family, opts.idea, point, opts.root, load=False)
+    seed = opts.seed if opts.seed is not None else secrets.randbits(30)
+    keys = [item.partition("=")[0] for item in points[0]]
+    saved = {k: os.environ.get(k) for k in keys}
+    con.print(f"sweep: {len(points)} points of {', '.join(keys)}, seed {seed}")
+    results: list[tuple[list[str], dict | None, str]] = []
+    try:
+        for i, point in enumerate(points, 1):
+            prog.reset(task, description="preparing", total=None)
+            try:
+                rec, path = run_bench(
+                    dataclasses.replace(opts, knobs=point, seed=seed),
+                    progress=progress,
+                    log=log,
+                )
+                where = str(path)
+            except records.RecordNotWritten as exc:
+                rec, where = None, str(exc)
+            finally:
+                if prog.live.is_started:
+                    prog.stop()
+            status = rec["status"] if rec is not None else "not written"
+            con.print(f"point {i}/{len(points)} {' '.join(point)}: {status}; {where}", markup=False)
+            results.append((point, rec, where))
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    table = Table(title=f"{opts.family}/{opts.idea} sweep (prod; ratio = fla / idea)")
+    for col in (*keys, "status", "fwd ms", "bwd ms", "prod x", "record"):
+        table.add_column(col, justify="right" if col.endswith(("ms", "x")) else "left")
+    for point, rec, _where in results:
+        values = [item.partition("=")[2] for item in point]
+        if rec is None:
+            table.add_row(*values, "not written", "-", "-", "-", "(see above)")
+            continue
+        prod = next((s for s in rec["shapes"] if s["name"] == "prod" and s.get("fwd")), None)
+        score = records.prod_ratio(rec)
+        table.add_row(
+            *values,
+            rec["status"],
+            f"{prod['fwd']['candidate_ms']['median']:.4f}" if prod else "-",
+            f"{prod['bwd']['candidate_ms']['median']:.4f}" if prod else "-",
+            f"{score:.3f}" if score is not None else "-",
+            rec["record_id"],
+        )
+    con.print(table)
+    ok = all(rec is not None and rec["status"] == "passed" for _, rec, _ in results)
+    return 0 if ok else 1
+
+
+# ------------------------------------------------------------------------------------------
+# knobs, show, compare: reading an idea and its records
+# ------------------------------------------------------------------------------------------
+
+
+def _value_text(v: Any) -> str:
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    return str(v)
+
+
+@app.command()
+@_guard
+def knobs(
+    ctx: typer.Context,
+    family: Annotated[str, typer.Argument(help="Family, e.g. cconv.")],
+    idea: Annotated[str, typer.Argument(help="Idea: 1, 001 or 001-strip-onepass.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Every knob the idea reads (its modules and the ideas it imports): type, default, the
+    value in effect here, what the family allows."""
+    from rich.table import Table
+
+    from ladder.prepare import knob_rows
+
+    root = _root(ctx)
+    folder = paths.resolve_idea(family, idea, root)
+    rows = knob_rows(family, folder, root)
+    if as_json:
+        typer.echo(json.dumps({"family": family, "idea": folder, "knobs": rows}, indent=2))
+        return
+    out = _console()
+    if not rows:
+        out.print(f"{family}/{folder} reads no knobs")
+        return
+    table = Table(title=f"{family}/{folder} knobs (in effect: from the environment, else default)")
+    for col in ("knob", "type", "default", "in effect", "allowed", "read at"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        effect = _value_text(r["value"]) + (" (set)" if r["set"] else "")
+        if r["error"]:
+            effect = f"{r['value']} (set, unusable: {r['error']})"
+        table.add_row(
+            r["key"],
+            r["type"],
+            _value_text(r["default"]),
+            effect,
+            r["allowed"] or "-",
+            r["where"],
+        )
+    out.print(table)
+    out.print(f"try values: python -m ladder bench {family} {folder[:3]} --knob KEY=v1,v2")
+
+
+@app.command()
+@_guard
+def show(
+    ctx: typer.Context,
+    family: Annotated[str, typer.Argument(help="Family, e.g. cconv.")],
+    record: Annotated[str, typer.Argument(help="A record_id (or a unique prefix) or a path.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the record as stored.")] = False,
+) -> None:
+    """One record, readable: per shape the errors, and fwd / bwd / fwdbwd times of the idea
+    and fla, their ratio, TB/s and fraction of the copy ceiling."""
+    from ladder.recview import find_record, render_show
+
+    rec = find_record(family, record, _root(ctx))
+    if as_json:
+        typer.echo(json.dumps({k: v for k, v in rec.items() if not k.startswith("_")}, indent=2))
+        return
+    render_show(rec, _console())
+    typer.echo(f"record: {rec['_path']}")
+
+
+@app.command()
+@_guard
+def compare(
+    ctx: typer.Context,
+    family: Annotated[str, typer.Argument(help="Family, e.g. cconv.")],
+    a: Annotated[str, typer.Argument(help="A record (id, prefix or path) or an idea.")],
+    b: Annotated[str, typer.Argument(help="A record (id, prefix or path) or an idea.")],
+    device: Annotated[
+        str | None,
+        typer.Option(help="For an idea: its best record on this device (default: the target)."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Two records (an idea means its best record) shape by shape: each side's candidate time
+    per direction and b / a; only shapes both have."""
+    from ladder.recview import compare as compare_records
+    from ladder.recview import render_compare, resolve_side
+
+    root = _root(ctx)
+    ra = resolve_side(family, a, root, device)
+    rb = resolve_side(family, b, root, device)
+    cmp = compare_records(ra, rb)
+    if as_json:
+        typer.echo(json.dumps(cmp, indent=2))
+        return
+    render_compare(cmp, _console())
 
 
 # ------------------------------------------------------------------------------------------
@@ -505,6 +682,7 @@ def winner(
         "commit": rec["commit"],
         "code_sha": rec["code_sha"],
         "knobs": rec["knobs"],
+        "passed_over": w.passed_over,
     }
     if as_json:
         typer.echo(json.dumps(info, indent=2))
@@ -514,6 +692,8 @@ def winner(
         f"{rec['device']['name']}, {rec['created']}, commit {(rec['commit'] or '')[:12]})"
     )
     typer.echo(f"record: {w.record_path}")
+    for line in w.passed_over:
+        typer.echo(f"passed over: {line}")
 
 
 def main() -> None:

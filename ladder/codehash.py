@@ -4,6 +4,12 @@
 folder's code files, so it depends only on the bytes and the posix paths relative to the
 folder: the same from a working tree, a clone or a commit's tree. Records, NOTES.md and
 bytecode are not code.
+
+Which files are the idea's: in a git checkout, the files git tracks in the folder (their
+working-tree bytes), so a stray untracked file (``.DS_Store``, an editor's ``kernel.py~``)
+never changes the code_sha, and a clean tree hashes exactly as the commit's tree does. A
+folder where git tracks nothing (outside a checkout, or not added yet) falls back to every
+regular file under it.
 """
 
 from __future__ import annotations
@@ -16,9 +22,12 @@ from pathlib import Path, PurePosixPath
 __all__ = [
     "CodeHashError",
     "code_sha",
+    "diff_files",
     "harness_sha",
+    "idea_files_all",
     "idea_files_at_commit",
     "idea_files_from_dir",
+    "idea_files_in_history",
     "is_code_file",
 ]
 
@@ -58,8 +67,48 @@ def code_sha(files: Mapping[str, bytes]) -> str:
     return h.hexdigest()
 
 
+def _tracked(idea_dir: Path) -> list[str] | None:
+    """Paths (posix, relative to ``idea_dir``) that git tracks under it, or None when git is
+    missing, ``idea_dir`` is not in a work tree, or git tracks nothing there."""
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(idea_dir), "ls-files", "-z", "--", "."],
+            capture_output=True,
+            check=False,
+        )
+    except OSError:
+        return None
+    if proc.returncode != 0:
+        return None
+    found = [p for p in proc.stdout.decode("utf-8", errors="surrogateescape").split("\0") if p]
+    return found or None
+
+
 def idea_files_from_dir(idea_dir: Path) -> dict[str, bytes]:
-    """{relpath: bytes} of the code files under ``idea_dir`` (regular files, recursively).
+    """{relpath: bytes} of the code files of ``idea_dir``, as ``code_sha`` hashes them.
+
+    In a git checkout: the files git tracks in the folder, read from the working tree (a
+    tracked file deleted from disk is left out; untracked files are ignored). Where git
+    tracks nothing there: every regular file under it, as :func:`idea_files_all`.
+    Raises CodeHashError when ``idea_dir`` is not a folder.
+    """
+    idea_dir = Path(idea_dir)
+    if not idea_dir.is_dir():
+        raise CodeHashError(f"{idea_dir} is not a folder")
+    tracked = _tracked(idea_dir)
+    if tracked is None:
+        return idea_files_all(idea_dir)
+    out: dict[str, bytes] = {}
+    for rel in sorted(tracked):
+        path = idea_dir / rel
+        if is_code_file(rel) and path.is_file():
+            out[rel] = path.read_bytes()
+    return out
+
+
+def idea_files_all(idea_dir: Path) -> dict[str, bytes]:
+    """{relpath: bytes} of every code file under ``idea_dir`` (regular files, recursively),
+    tracked by git or not: what Python can import from the folder.
 
     Raises CodeHashError when ``idea_dir`` is not a folder.
     """
@@ -136,3 +185,29 @@ def harness_sha() -> str:
     :func:`code_sha` over {file name: bytes}."""
     pkg = Path(__file__).resolve().parent
     return code_sha({p.name: p.read_bytes() for p in sorted(pkg.glob("*.py"))})
+
+
+def idea_files_in_history(idea_dir: Path, commit: str) -> dict[str, bytes]:
+    """{relpath: bytes} of the code files of ``idea_dir`` (a folder in a git work tree) in
+    ``commit``'s tree. Raises CodeHashError when the folder is not in a work tree, the commit
+    is unknown there, or the folder is not in its tree."""
+    idea_dir = Path(idea_dir).resolve()
+    top = Path(_git(idea_dir, "rev-parse", "--show-toplevel").decode().strip()).resolve()
+    rel = idea_dir.relative_to(top).as_posix()
+    return idea_files_at_commit(top, commit, rel)
+
+
+def diff_files(before: Mapping[str, bytes], after: Mapping[str, bytes]) -> list[str]:
+    """What changed between two ``{relpath: bytes}`` maps of code files, one item per file
+    in path order: ``"<path> changed"``, ``"<path> added"`` or ``"<path> removed"``."""
+    old = {p: v for p, v in before.items() if is_code_file(p)}
+    new = {p: v for p, v in after.items() if is_code_file(p)}
+    out = []
+    for rel in sorted(set(old) | set(new)):
+        if rel not in new:
+            out.append(f"{rel} removed")
+        elif rel not in old:
+            out.append(f"{rel} added")
+        elif old[rel] != new[rel]:
+            out.append(f"{rel} changed")
+    return out

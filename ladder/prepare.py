@@ -7,6 +7,7 @@ imported. The knobs an idea reads are its own modules' plus those of the ideas i
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -22,11 +23,15 @@ from ladder.paths import LadderError
 __all__ = [
     "SEED_LIMIT",
     "PreparedIdea",
+    "MAX_SWEEP_POINTS",
     "check_seed",
     "idea_knobs",
+    "knob_rows",
+    "parse_knob_value",
     "parse_knob_args",
     "prepare_idea",
     "related_ideas",
+    "sweep_points",
 ]
 
 _KEY_RE = re.compile(r"^[A-Z][A-Z0-9_]*\Z")
@@ -66,6 +71,29 @@ def parse_knob_args(items: Sequence[str]) -> dict[str, str]:
     return out
 
 
+def parse_knob_value(knob: knobs.Knob, raw: str) -> knobs.KnobValue:
+    """``knobs.parse_value``, and a float must be finite: nan and inf pass the code's
+    ``float()`` but no record can hold them and no vendored literal can freeze them. Raises
+    KnobError (``file:line: ...``, naming the knob)."""
+    value = knobs.parse_value(knob, raw)
+    if knob.kind == "float" and not math.isfinite(value):
+        raise knobs.KnobError(
+            f"{knob.file}:{knob.line}: {knob.key}={raw!r} is not a finite float (nan and inf "
+            f"are refused); give a finite number"
+        )
+    return value
+
+
+def _check_defaults(found: Mapping[str, knobs.Knob]) -> None:
+    """Refuse an idea whose float knob defaults to nan or inf."""
+    for key, knob in sorted(found.items()):
+        if knob.kind == "float" and not math.isfinite(knob.default):
+            raise LadderError(
+                f"{knob.file}:{knob.line}: knob {key}: default {knob.source_default!r} is not "
+                f"a finite float (nan and inf are refused); give a finite number"
+            )
+
+
 def related_ideas(family: str, folder: str, root: Path | None = None) -> list[str]:
     """Idea folders of the same family that ``folder``'s code imports, transitively (by the
     ``ladder.kernels.<family>.ideas.i<NNN>`` names in its modules). Excludes ``folder``."""
@@ -75,7 +103,7 @@ def related_ideas(family: str, folder: str, root: Path | None = None) -> list[st
     todo = [folder]
     while todo:
         cur = todo.pop()
-        files = codehash.idea_files_from_dir(fdir / "ideas" / cur)
+        files = codehash.idea_files_all(fdir / "ideas" / cur)
         for rel, data in files.items():
             if not rel.endswith(".py"):
                 continue
@@ -97,7 +125,7 @@ def idea_knobs(family: str, folder: str, root: Path | None = None) -> dict[str, 
     fdir = paths.family_dir(family, root)
     out: dict[str, knobs.Knob] = {}
     for name in [folder, *related_ideas(family, folder, root)]:
-        files = codehash.idea_files_from_dir(fdir / "ideas" / name)
+        files = codehash.idea_files_all(fdir / "ideas" / name)
         try:
             found = knobs.scan_idea(files, family)
         except knobs.KnobError as exc:
@@ -130,6 +158,24 @@ def _drop_idea_modules(family: str, folders: Sequence[str]) -> None:
         prefix = paths.idea_module_name(family, folder)
         for name in [n for n in sys.modules if n == prefix or n.startswith(prefix + ".")]:
             del sys.modules[name]
+
+
+def _check_environment(
+    found: Mapping[str, knobs.Knob], given: Mapping[str, str], environ: Mapping[str, str]
+) -> None:
+    """Refuse a knob set in the environment (not by --knob) to a value its code cannot use:
+    one its conversion rejects, or a non-finite float, before anything is imported or timed."""
+    for key in sorted(set(found) - set(given)):
+        raw = environ.get(key)
+        if raw is None:
+            continue
+        try:
+            parse_knob_value(found[key], raw)
+        except knobs.KnobError as exc:
+            why = str(exc).split(": ", 1)[-1]
+            raise LadderError(
+                f"{why.split(';')[0]} in the environment; unset it (`unset {key}`)"
+            ) from None
 
 
 def _check_knob_rules(
@@ -175,6 +221,7 @@ def prepare_idea(
     fam = paths.load_family(family, root)
     folder = paths.resolve_idea(family, ref, root)
     found = idea_knobs(family, folder, root)
+    _check_defaults(found)
     given = parse_knob_args(knob_items)
     for key, value in given.items():
         if key not in found:
@@ -183,7 +230,7 @@ def prepare_idea(
                 f"idea {folder} never reads {key} (it reads {reads}); drop --knob {key}={value}"
             )
         try:
-            knobs.parse_value(found[key], value)
+            parse_knob_value(found[key], value)
         except knobs.KnobError as exc:
             raise LadderError(f"--knob {key}={value}: {exc}") from None
         if found[key].kind == "bool" and value not in ("0", "1"):
@@ -191,6 +238,7 @@ def prepare_idea(
             raise LadderError(f"--knob {key}={value}: {key} is a bool knob; give 0 or 1")
     env = {k: str(v) for k, v in (defaults or {}).items() if k in found and k not in given}
     env.update(given)
+    _check_environment(found, given, {**os.environ, **env})
     _check_knob_rules(fam, found, given, {**os.environ, **env})
     prepared = PreparedIdea(
         family=family,
@@ -205,3 +253,96 @@ def prepare_idea(
         _drop_idea_modules(family, [folder, *related_ideas(family, folder, root)])
         prepared.module = paths.load_idea(family, folder, root)
     return prepared
+
+
+MAX_SWEEP_POINTS = 64
+
+
+def sweep_points(items: Sequence[str]) -> list[list[str]]:
+    """The points of a knob sweep: ``--knob KEY=v1,v2`` items -> the cartesian product, each
+    point a list of ``KEY=VALUE`` items in the order given (the first key varies slowest).
+    An item without a comma is a single value. Raises LadderError for an empty value, a
+    value listed twice, a key given twice, or more than MAX_SWEEP_POINTS points."""
+    import itertools
+
+    keys: list[str] = []
+    values: list[list[str]] = []
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not _KEY_RE.match(key):
+            raise LadderError(
+                f"--knob takes KEY=VALUE or KEY=v1,v2,... with an upper-case key, got {item!r}"
+            )
+        if key in keys:
+            raise LadderError(f"--knob {key} given twice; list its values once: {key}=v1,v2")
+        vals = raw.split(",")
+        if any(v == "" for v in vals):
+            raise LadderError(f"--knob {item}: an empty value in the list; drop the extra comma")
+        dup = next((v for i, v in enumerate(vals) if v in vals[:i]), None)
+        if dup is not None:
+            raise LadderError(f"--knob {item}: value {dup!r} is listed twice; list it once")
+        keys.append(key)
+        values.append(vals)
+    count = 1
+    for vals in values:
+        count *= len(vals)
+    if count > MAX_SWEEP_POINTS:
+        sizes = " x ".join(str(len(v)) for v in values)
+        raise LadderError(
+            f"the sweep has {count} points ({sizes}), more than {MAX_SWEEP_POINTS}; "
+            f"sweep fewer values per bench"
+        )
+    return [
+        [f"{k}={v}" for k, v in zip(keys, combo, strict=True)]
+        for combo in itertools.product(*values)
+    ]
+
+
+def knob_rows(
+    family: str, ref: str, root: Path | None = None, environ: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """Every knob the idea reads (its own modules' and those of the ideas it imports), one
+    dict per knob, by key: key, name, type, default, value (in effect under ``environ``,
+    default os.environ), set (whether the environment sets it), allowed (the family's
+    KNOB_RULES text, or None), where (``ideas/<folder>/<file>:<line>``) and error (why the
+    environment's value is unusable, else None). Raises UnknownFamily, UnknownIdea, or
+    LadderError when an idea reads the environment outside the knob form."""
+    env = os.environ if environ is None else environ
+    fam = paths.load_family(family, root)
+    folder = paths.resolve_idea(family, ref, root)
+    rules = getattr(fam, "KNOB_RULES", None) or {}
+    fdir = paths.family_dir(family, root)
+    owner: dict[str, str] = {}
+    for name in [folder, *related_ideas(family, folder, root)]:
+        try:
+            found = knobs.scan_idea(codehash.idea_files_all(fdir / "ideas" / name), family)
+        except knobs.KnobError as exc:
+            raise LadderError(f"ideas/{name}/{exc}") from None
+        for key in found:
+            owner.setdefault(key, name)
+    rows = []
+    for key, knob in sorted(idea_knobs(family, folder, root).items()):
+        raw = env.get(key)
+        value: Any = knob.default
+        error = None
+        if raw is not None:
+            try:
+                value = parse_knob_value(knob, raw)
+            except knobs.KnobError as exc:
+                value, error = raw, str(exc).split(": ", 1)[-1]
+        rule = rules.get(key)
+        rows.append(
+            {
+                "key": key,
+                "name": knob.name,
+                "type": knob.kind,
+                "default": knob.default,
+                "value": value,
+                "set": raw is not None,
+                "allowed": rule[0] if rule else None,
+                "where": f"ideas/{owner[key]}/{knob.file}:{knob.line}",
+                "error": error,
+            }
+        )
+    return rows

@@ -29,7 +29,7 @@ import os
 import re
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -42,14 +42,18 @@ __all__ = [
     "STATUSES",
     "NoWinner",
     "RecordError",
+    "RecordNotWritten",
     "Winner",
     "code_unchanged_since",
     "ensure_records_dir",
     "load_idea_records",
     "load_records",
     "current_code_sha_of",
+    "explain_stale",
+    "is_baseline",
     "prod_ratio",
     "read_record",
+    "rescue_record",
     "validate_record",
     "winner",
     "write_record",
@@ -241,6 +245,8 @@ def validate_record(rec: dict) -> None:
     for key, val in knobs.items():
         if not isinstance(val, (int, float, bool, str)):
             raise v.fail(f"knobs.{key}", f"expected int, float, bool or str, got {val!r}")
+        if isinstance(val, float) and not math.isfinite(val):
+            raise v.fail(f"knobs.{key}", f"expected a finite number, got {val!r}")
     clocks = v.dict_(rec, "clocks", "clocks")
     v.dict_(clocks, "start", "clocks.start")
     v.dict_(clocks, "end", "clocks.end")
@@ -302,9 +308,61 @@ TEMP_PREFIX = ".rec-"
 TEMP_SUFFIX = ".tmp"
 
 
+class RecordNotWritten(RecordError):
+    """A finished measurement could not be written where it belongs; the message says why and
+    where it was saved instead (exit 1: the run happened, its result is not in records/)."""
+
+    exit_code = 1
+
+
+RESCUE_DIR_ENV = "LADDER_RESCUE_DIR"
+
+
+def rescue_record(rec: dict, why: str) -> RecordNotWritten:
+    """Save a record that could not be written where it belongs, and return the error to raise.
+
+    The record (private keys dropped; nan/inf kept as JSON's NaN/Infinity, anything else not
+    JSON as its string) goes to ``$LADDER_RESCUE_DIR`` (default: the system's temporary
+    folder) as ``ladder-rescue-<family>-<record_id>.json``, created exclusively. When even
+    that fails, the JSON is printed on stderr. The returned error's message is one line:
+    ``why``, then where the measurement is.
+    """
+    import sys
+
+    rid = str(rec.get("record_id") or "unknown") if isinstance(rec, dict) else "unknown"
+    fam = str(rec.get("family") or "unknown") if isinstance(rec, dict) else "unknown"
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", f"ladder-rescue-{fam}-{rid}")
+    try:
+        text = json.dumps(_clean(rec), indent=2, allow_nan=True, default=str) + "\n"
+    except (TypeError, ValueError, RecursionError):
+        text = repr(rec) + "\n"
+    folder = Path(os.environ.get(RESCUE_DIR_ENV) or tempfile.gettempdir())
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path, n = folder / f"{safe}.json", 1
+        while True:
+            try:
+                with open(path, "x", encoding="utf-8") as fh:
+                    fh.write(text)
+                break
+            except FileExistsError:
+                n += 1
+                path = folder / f"{safe}-{n}.json"
+        where = f"the measurement is saved in {path}"
+    except OSError:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+        where = "the measurement is printed above as JSON"
+    return RecordNotWritten(f"record not written: {why}; {where}")
+
+
 def write_record(idea_dir: Path, rec: dict, *, records_dir: Path | None = None) -> Path:
     """Validate ``rec`` and create ``<records_dir>/<record_id>.json`` (default records_dir:
     ``idea_dir/records``, created if missing), never overwriting and never half-written.
+
+    A record that cannot be written there (invalid, the name taken, the folder not writable,
+    a value JSON cannot hold) is never lost: :func:`rescue_record` saves it elsewhere and
+    RecordNotWritten (a RecordError, exit 1) says why and where.
 
     The JSON goes first to a hidden temporary file ``.rec-*.tmp`` in the same folder (same
     file system, so the final step is atomic), which is then hard-linked to the final name
@@ -314,9 +372,19 @@ def write_record(idea_dir: Path, rec: dict, *, records_dir: Path | None = None) 
     system without hard links the temporary file is renamed onto the final name instead,
     after checking that the name is free.
 
-    Returns the path. Raises RecordError (one line, naming the path) when the record is
-    invalid, the file exists, or the folder cannot be created or written.
+    Returns the path. Raises RecordNotWritten (one line, naming the path and the rescue file)
+    when the record is invalid, the file exists, or the folder cannot be created or written.
     """
+    try:
+        return _write_new(idea_dir, rec, records_dir)
+    except RecordError as exc:
+        raise rescue_record(rec, str(exc)) from None
+    except (TypeError, ValueError) as exc:  # a value JSON cannot hold
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise rescue_record(rec, f"cannot encode it as JSON: {reason}") from None
+
+
+def _write_new(idea_dir: Path, rec: dict, records_dir: Path | None) -> Path:
     validate_record(rec)
     out_dir = Path(records_dir) if records_dir is not None else Path(idea_dir) / "records"
     final = out_dir / f"{rec['record_id']}.json"
@@ -466,12 +534,52 @@ def prod_ratio(rec: dict) -> float | None:
 
 @dataclass
 class Winner:
-    """The promotable record with the best prod ratio. idea: the idea folder name."""
+    """The promotable record with the best prod ratio. idea: the idea folder name.
+    passed_over: one line per stale record that would have ranked above it, saying which
+    files made it stale (empty when staleness is judged at a commit, as the vendor does)."""
 
     record: dict
     idea: str
     record_path: Path
     score: float
+    passed_over: list[str] = field(default_factory=list)
+
+
+def is_baseline(folder: str) -> bool:
+    """Whether an idea folder is the family's baseline benched as an idea (``000-*``): shown
+    on the board, never a winner."""
+    return paths.IDEA_RE.match(folder) is not None and folder[:3] == "000"
+
+
+def explain_stale(rec: dict, idea_dir: Path) -> str:
+    """Why a record's code_sha differs from its idea's code now, in one line: the files that
+    differ (changed, added, removed) between the record's commit and the working tree, when
+    git can tell; else why it cannot."""
+    from ladder import codehash
+
+    commit = rec.get("commit")
+    try:
+        now = codehash.idea_files_from_dir(idea_dir)
+    except codehash.CodeHashError as exc:
+        return f"code differs from the record's ({exc})"
+    if not commit:
+        return "code differs from the record's (it names no commit, so the files are unknown)"
+    try:
+        then = codehash.idea_files_in_history(idea_dir, commit)
+    except codehash.CodeHashError:
+        return (
+            f"code differs from the record's (its commit {commit[:12]} is not in this "
+            f"repository, so the files are unknown)"
+        )
+    if codehash.code_sha(then) != rec.get("code_sha"):
+        return (
+            f"code differs from the record's (it was benched on code other than commit "
+            f"{commit[:12]}'s, so the files are unknown)"
+        )
+    diff = codehash.diff_files(then, now)
+    if not diff:  # cannot happen while both sides hash the same files; said plainly if it does
+        return f"code_sha differs from the record's, though no file differs from {commit[:12]}"
+    return f"{', '.join(diff)} since commit {commit[:12]}"
 
 
 def current_code_sha_of(family: str, root: Path | None = None) -> Callable[[str], str]:
@@ -495,22 +603,42 @@ def winner(
     *,
     device: str | None = None,
     code_sha_of: Callable[[str], str] | None = None,
+    explain: Callable[[dict], str] | None = None,
 ) -> Winner:
     """The family's winner among its records.
 
-    Promotable: status "passed", dirty false, device name containing ``device``
-    (case-insensitive; default the family's TARGET_DEVICE), a timed prod shape, and code_sha
-    equal to ``code_sha_of(idea folder name)`` (default: the working tree's code). Best:
-    highest :func:`prod_ratio`; ties go to the earliest created, then the smallest record_id.
-    Raises NoWinner with the reason each record was passed over.
+    Promotable: not the baseline idea (``000-*``), status "passed", dirty false, device name
+    containing ``device`` (case-insensitive; default the family's TARGET_DEVICE), a timed
+    prod shape, and code_sha equal to ``code_sha_of(idea folder name)`` (default: the
+    working tree's code). Best: highest :func:`prod_ratio`; ties go to the earliest created,
+    then the smallest record_id. explain(record) says why a stale record is stale (default:
+    :func:`explain_stale` against the working tree when ``code_sha_of`` is the default, else
+    nothing). Raises NoWinner with the reason each record was passed over.
     """
     recs = load_records(family, root)
     if device is None:
         device = str(paths.load_family(family, root).TARGET_DEVICE)
     sha_of = code_sha_of or current_code_sha_of(family, root)
-    reasons = {"not passed": 0, "dirty": 0, "other device": 0, "no prod timing": 0, "stale": 0}
+    if explain is None and code_sha_of is None:
+        fdir = paths.family_dir(family, root)
+
+        def explain(rec: dict) -> str:
+            return explain_stale(rec, fdir / "ideas" / Path(rec["_path"]).parent.parent.name)
+
+    reasons = {
+        "baseline": 0,
+        "not passed": 0,
+        "dirty": 0,
+        "other device": 0,
+        "no prod timing": 0,
+        "stale": 0,
+    }
     best: tuple[tuple, dict, float] | None = None
+    stale: list[tuple[float, dict]] = []
     for rec in recs:
+        if is_baseline(Path(rec["_path"]).parent.parent.name):
+            reasons["baseline"] += 1
+            continue
         if rec["status"] != "passed":
             reasons["not passed"] += 1
             continue
@@ -527,6 +655,7 @@ def winner(
         folder = Path(rec["_path"]).parent.parent.name
         if rec["code_sha"] != sha_of(folder):
             reasons["stale"] += 1
+            stale.append((score, rec))
             continue
         key = (-score, _created(rec), rec["record_id"])
         if best is None or key < best[0]:
@@ -538,11 +667,40 @@ def winner(
                 f"`python -m ladder bench {family} <idea>`"
             )
         parts = [f"{n} {label}" for label, n in reasons.items() if n]
+        why = "; ".join(_stale_lines(stale, explain, limit=3))
         raise NoWinner(
             f"no promotable {family} record on a device matching {device!r} among {len(recs)} "
-            f"({', '.join(parts)}); commit, then `python -m ladder bench {family} <idea>` on a "
-            f"clean tree"
+            f"({', '.join(parts)}){'; ' + why if why else ''}; commit, then "
+            f"`python -m ladder bench {family} <idea>` on a clean tree"
         )
     _, rec, score = best
     path = Path(rec["_path"])
-    return Winner(record=rec, idea=path.parent.parent.name, record_path=path, score=score)
+    above = [(s, r) for s, r in stale if s > score]
+    return Winner(
+        record=rec,
+        idea=path.parent.parent.name,
+        record_path=path,
+        score=score,
+        passed_over=_stale_lines(above, explain, limit=5),
+    )
+
+
+def _stale_lines(
+    stale: list[tuple[float, dict]], explain: Callable[[dict], str] | None, *, limit: int
+) -> list[str]:
+    """'<idea> record <id> (prod x) is stale: <why>' for the best-scoring stale records, one
+    per idea, at most ``limit``; [] without an explainer."""
+    if explain is None:
+        return []
+    out, seen = [], set()
+    for score, rec in sorted(stale, key=lambda sr: -sr[0]):
+        folder = Path(rec["_path"]).parent.parent.name
+        if folder in seen:
+            continue
+        seen.add(folder)
+        out.append(
+            f"{folder} record {rec['record_id']} (prod {score:.3f}x) is stale: {explain(rec)}"
+        )
+        if len(out) == limit:
+            break
+    return out

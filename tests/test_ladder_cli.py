@@ -396,7 +396,8 @@ def test_board_marks_stale_code(tmp_path: Path) -> None:
     dirty = _fixture_record("001-fast", "20260104")
     assert rows["001-fast"]["record_id"] == dirty["record_id"]  # best passed, not promotable
     assert rows["001-fast"]["stale"] is True and rows["001-fast"]["promotable"] is False
-    assert data["winner"]["idea"] == "000-base"
+    assert rows["000-base"]["baseline"] is True and rows["000-base"]["promotable"] is False
+    assert data["winner"] is None and "1 baseline" in data["no_winner"]  # 000 never wins
 
 
 def test_board_plot(tmp_path: Path) -> None:

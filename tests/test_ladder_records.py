@@ -342,8 +342,8 @@ def test_winner_skips_dirty_incorrect_stale_and_other_devices(tmp_path: Path) ->
     root, shas = _tree(tmp_path)
     with pytest.raises(records.NoWinner, match="no toy records yet"):
         records.winner("toy", root)
-    good = _rec(idea="000-base", code_sha=shas["000-base"], fwd=(1.0, 1.1), bwd=(2.0, 2.2))
-    _put(root, good)
+    base = _rec(idea="000-base", code_sha=shas["000-base"], fwd=(1.0, 1.1), bwd=(2.0, 2.2))
+    _put(root, base)
     _put(
         root,
         _rec(code_sha=shas["001-fast"], dirty=True, fwd=(0.1, 1.0), created="2026-02-02T00:00:00Z"),
@@ -358,17 +358,15 @@ def test_winner_skips_dirty_incorrect_stale_and_other_devices(tmp_path: Path) ->
     )
     _put(root, b300)
     _put(root, _rec(code_sha=shas["001-fast"], status="error", created="2026-02-05T00:00:00Z"))
-    win = records.winner("toy", root)
-    assert win.idea == "000-base"
-    assert win.record["record_id"] == good["record_id"]
-    assert win.score == pytest.approx((1.1 + 2.2) / (1.0 + 2.0))
-    assert win.record_path.parent.parent == idea_path(root, "000-base")
+    # the only promotable-looking record is the baseline's (000-*), which never wins
+    with pytest.raises(records.NoWinner, match=r"\(1 baseline, 2 not passed, 1 dirty"):
+        records.winner("toy", root)
     on_b300 = records.winner("toy", root, device="b300")
     assert on_b300.record["record_id"] == b300["record_id"]
     with pytest.raises(records.NoWinner) as err:
         records.winner("toy", root, device="A100")
     msg = str(err.value)
-    for part in ("2 not passed", "1 dirty", "other device"):
+    for part in ("1 baseline", "2 not passed", "1 dirty", "other device"):
         assert part in msg
     # code_sha_of decides staleness: pretend 001's current code is the old one.
     old = records.winner(
@@ -377,6 +375,7 @@ def test_winner_skips_dirty_incorrect_stale_and_other_devices(tmp_path: Path) ->
         code_sha_of=lambda f: fake_sha("old") if f == "001-fast" else shas[f],
     )
     assert old.idea == "001-fast" and old.score == pytest.approx(3.0 / 2.2)
+    assert old.record_path.parent.parent == idea_path(root, "001-fast")
 
 
 def test_winner_ties_go_to_the_earliest_then_record_id(tmp_path: Path) -> None:

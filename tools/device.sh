@@ -8,12 +8,62 @@
 # that time things (ladder, bench, prodtime) belong alone.
 # Wheels in .whl/ (fla-core, flash-linear-attention, libcst, ruff) are installed into a
 # private target first when fla or libcst is missing. Logs, records and JSON land in $OUT; the last lines
-# printed are a summary table. Exit status: 0 every stage passed, 1 a stage failed, 2 an
-# unknown stage name (checked before anything runs).
+# printed are a summary table. A test stage that ran no test (every one skipped, e.g. no
+# usable GPU, or none collected) has failed, whatever pytest's exit status. Exit status: 0
+# every stage passed, 1 a stage failed, 2 an unknown stage name (checked before anything runs).
+# Two entry points for checking the summary logic without a GPU:
+#   bash tools/device.sh --verdict RC LOG     the outcome line of a pytest run (exit 0 or 1)
+#   bash tools/device.sh --summary OUT STAGE...   the summary of OUT/<stage>.rc files
 set -uo pipefail
+
+pytest_verdict() {  # rc log -> "rc=N", plus why when pytest ran no test (then N is never 0)
+  local rc=$1 log=$2 line word n ran=0
+  line=$(grep -E '([0-9]+ (passed|failed|skipped|deselected|errors?|xfailed|xpassed|warnings?)|no tests ran).* in [0-9.]+s' "$log" 2>/dev/null | tail -n 1)
+  for word in passed failed error errors xfailed xpassed; do
+    n=$(grep -oE "[0-9]+ $word\b" <<<"$line" | head -n 1)
+    n=${n%% *}
+    ran=$((ran + ${n:-0}))
+  done
+  if ((ran > 0)); then
+    echo "rc=$rc"
+    return
+  fi
+  line=$(sed -E 's/^=+ //; s/ =+$//' <<<"$line")
+  echo "rc=$((rc == 0 ? 1 : rc)) ran no tests (${line:-no pytest summary line in the log})"
+}
+
+summarize() {  # out stage... -> the summary table; returns 0 when every stage passed
+  local out=$1 stage f status=0
+  shift
+  echo "=== summary"
+  for stage in "$@"; do
+    for f in "$out/$stage".rc "$out/$stage"-*.rc; do
+      [[ -f $f ]] || continue
+      printf '  %-14s %s\n' "$(basename "$f" .rc)" "$(cat "$f")"
+      [[ $(cat "$f") == "rc=0 "* ]] || status=1
+    done
+  done
+  return $status
+}
+
+case ${1:-} in
+  --verdict)
+    v=$(pytest_verdict "$2" "$3")
+    echo "$v"
+    [[ $v == "rc=0" ]]
+    exit $?
+    ;;
+  --summary)
+    shift
+    summarize "$@"
+    exit $?
+    ;;
+esac
+
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
 mkdir -p "$OUT"
+OUT_ABS=$(cd "$OUT" && pwd)
 STAGES=${STAGES:-"env cconv"}  # one call per stage group: a cold one can take minutes
 PY=${PY:-python3}
 BENCH_IDEAS=${BENCH_IDEAS:-"000 001"}
@@ -48,8 +98,15 @@ run_stage() {  # name, command...; the outcome goes to $OUT/<name>.rc (stages ma
   echo "=== $name: $*"
   "$@" >"$OUT/$name.log" 2>&1
   local rc=$?
-  echo "rc=$rc $((SECONDS - t0))s" >"$OUT/$name.rc"
-  echo "=== $name done: rc=$rc $((SECONDS - t0))s"
+  local outcome="rc=$rc"
+  if [[ ${PYTEST_STAGE:-0} == 1 ]]; then  # a test stage that ran no test has failed
+    outcome=$(pytest_verdict "$rc" "$OUT/$name.log")
+  fi
+  local secs="$((SECONDS - t0))s"
+  # "rc=N 12s[ why]": the summary and its exit status read the leading rc=N
+  local code=${outcome%% *}
+  echo "$code $secs${outcome#"$code"}" >"$OUT/$name.rc"
+  echo "=== $name done: $(cat "$OUT/$name.rc")"
   tail -n 25 "$OUT/$name.log"
 }
 
@@ -60,7 +117,7 @@ one_stage() {
       run_stage env bash -c "nvidia-smi && $PY -c 'import kernel_fun, json; print(json.dumps(kernel_fun.versions()))'"
       ;;
     gpu-test)  # all of it: what `make gpu-test` runs (several minutes of compiling/autotuning)
-      run_stage gpu-test "$PY" -m pytest -q -m gpu -rs -p no:cacheprovider \
+      PYTEST_STAGE=1 run_stage gpu-test "$PY" -m pytest -q -m gpu -rs -p no:cacheprovider \
         --junitxml "$OUT/gpu-test.xml" tests package/tests
       ;;
     cconv | layer | ladder | common)  # the same tests, one group per call
@@ -71,12 +128,13 @@ one_stage() {
         common) files="package/tests/test_cache.py package/tests/test_support.py package/tests/test_versions.py" ;;
       esac
       # shellcheck disable=SC2086
-      run_stage "$stage" "$PY" -m pytest -q -m gpu -rs -p no:cacheprovider \
+      PYTEST_STAGE=1 run_stage "$stage" "$PY" -m pytest -q -m gpu -rs -p no:cacheprovider \
         --junitxml "$OUT/$stage.xml" $files
       ;;
     bench)  # records need LADDER_COMMIT/LADDER_DIRTY when the tree has no usable .git
       before=$(mktemp)
       find ladder/kernels -path '*/records/*.json' | sort >"$before"
+      export LADDER_RESCUE_DIR=${LADDER_RESCUE_DIR:-$OUT_ABS/rescue}  # records that failed to write
       for idea in $BENCH_IDEAS; do
         run_stage "bench-$idea" "$PY" -m ladder bench cconv "$idea" --shapes "$BENCH_SHAPES"
       done
@@ -110,13 +168,5 @@ for group in $STAGES; do
   DONE+=("${members[@]}")
 done
 
-echo "=== summary"
-status=0
-for stage in "${DONE[@]}"; do
-  for f in "$OUT/$stage".rc "$OUT/$stage"-*.rc; do
-    [[ -f $f ]] || continue
-    printf '  %-14s %s\n' "$(basename "$f" .rc)" "$(cat "$f")"
-    [[ $(cat "$f") == "rc=0 "* ]] || status=1
-  done
-done
-exit $status  # 0: every stage passed; 1: a stage failed (its log says why); 2: usage
+summarize "$OUT" "${DONE[@]}"
+exit $?  # 0: every stage passed; 1: a stage failed (its log says why); 2: usage

@@ -1,0 +1,88 @@
+"""tools/device.sh: a GPU test stage that ran no test (all skipped, none collected) fails with a
+clear line in the summary; checked on the CPU through its --verdict and --summary entry points
+and through a real stage whose tests all skip without a GPU."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "tools" / "device.sh"
+pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
+
+
+def sh(*args: str, env: dict[str, str] | None = None, timeout: int = 60):
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    "rc, log, verdict",
+    [
+        (0, "....\n4 passed in 0.51s\n", "rc=0"),
+        (0, "...s\n3 passed, 1 skipped in 0.40s\n", "rc=0"),
+        (1, "1 failed, 2 passed, 1 warning in 1.00s\n", "rc=1"),
+        (0, "sss\n3 skipped in 0.10s\n", "rc=1 ran no tests (3 skipped in 0.10s)"),
+        (
+            0,
+            "===== 3 skipped, 2 deselected in 0.12s =====\n",
+            "rc=1 ran no tests (3 skipped, 2 deselected in 0.12s)",
+        ),
+        (5, "===== 7 deselected in 0.05s =====\n", "rc=5 ran no tests (7 deselected in 0.05s)"),
+        (5, "no tests ran in 0.01s\n", "rc=5 ran no tests (no tests ran in 0.01s)"),
+        (0, "", "rc=1 ran no tests (no pytest summary line in the log)"),
+        (2, "1 error in 0.30s\n", "rc=2"),
+    ],
+)
+def test_verdict_of_a_pytest_log(tmp_path: Path, rc: int, log: str, verdict: str) -> None:
+    path = tmp_path / "stage.log"
+    path.write_text(log)
+    res = sh("--verdict", str(rc), str(path))
+    assert res.stdout.strip() == verdict
+    assert res.returncode == (0 if verdict == "rc=0" else 1)
+
+
+def test_summary_fails_on_any_stage_that_did_not_pass(tmp_path: Path) -> None:
+    (tmp_path / "env.rc").write_text("rc=0 3s\n")
+    (tmp_path / "bench-001.rc").write_text("rc=0 40s\n")
+    (tmp_path / "ladder.rc").write_text("rc=1 9s ran no tests (6 skipped in 0.2s)\n")
+    res = sh("--summary", str(tmp_path), "env", "bench", "ladder")
+    lines = res.stdout.splitlines()
+    assert lines[0] == "=== summary"
+    assert [ln.split()[0] for ln in lines[1:]] == ["env", "bench-001", "ladder"]
+    assert lines[-1].endswith("rc=1 9s ran no tests (6 skipped in 0.2s)")
+    assert res.returncode == 1
+    ok = sh("--summary", str(tmp_path), "env", "bench")
+    assert ok.returncode == 0
+
+
+def test_a_real_stage_whose_tests_all_skip_fails(tmp_path: Path) -> None:
+    """The `common` stage on a machine without a usable GPU: pytest exits 0, every test
+    skipped; the stage and the script fail, and the summary says why."""
+    out = tmp_path / "out"
+    env = {
+        **os.environ,
+        "STAGES": "common",
+        "OUT": str(out),
+        "PY": sys.executable,
+        "CUDA_VISIBLE_DEVICES": "",  # skipped even where a GPU is
+    }
+    res = sh(env=env, timeout=300)
+    assert res.returncode == 1, res.stdout + res.stderr
+    log = (out / "common.log").read_text()
+    assert " skipped" in log and " passed" not in log
+    summary = res.stdout[res.stdout.index("=== summary") :].splitlines()
+    (line,) = [ln for ln in summary if ln.strip().startswith("common")]
+    assert "rc=1" in line and "ran no tests" in line and "skipped" in line
