@@ -38,6 +38,34 @@ BT = 64
 BC = 16
 
 
+@triton.jit
+def _diag_level(
+    g, b_g, b_q, b_k, b_kb, b_aq, b_ak, b_pq, b_pk, b_dkt, o_i, o_k, m_k, m_r, i_ti, L,
+    HV: tl.constexpr, K: tl.constexpr, S: tl.constexpr,
+):  # fmt: skip
+    """One level of the diagonal block: pairs across the half-block boundaries of size S."""
+    anc = (o_i // (2 * S)) * (2 * S) + S
+    m_a = (i_ti + anc) < L
+    b_ga = tl.load(
+        g + (i_ti + anc)[:, None] * (HV * K) + o_k[None, :],
+        mask=m_a[:, None] & m_k[None, :],
+        other=0.0,
+    )
+    up = ((o_i % (2 * S)) >= S) & m_r & m_a
+    lo = ((o_i % (2 * S)) < S) & m_r & m_a
+    m_l = (o_i[:, None] // (2 * S) == o_i[None, :] // (2 * S)) & up[:, None] & lo[None, :]
+    b_rf = tl.exp2(tl.where(up[:, None] & m_k[None, :], tl.minimum(b_g - b_ga, 0.0), -float("inf")))
+    b_cf = tl.exp2(tl.where(lo[:, None] & m_k[None, :], tl.minimum(b_ga - b_g, 0.0), -float("inf")))
+    b_lq = tl.where(m_l, b_aq, 0.0)
+    b_lk = tl.where(m_l, b_ak, 0.0)
+    b_kc = b_k * b_cf
+    b_pq += b_rf * tl.dot(b_lq, b_kc, input_precision="tf32x3")
+    b_pk += b_rf * tl.dot(b_lk, b_kc, input_precision="tf32x3")
+    b_t = tl.dot(tl.trans(b_lq), b_q * b_rf, input_precision="tf32x3")
+    b_t = tl.dot(tl.trans(b_lk), b_kb * b_rf, b_t, input_precision="tf32x3")
+    return b_pq, b_pk, b_dkt + b_cf * b_t
+
+
 @triton.jit(do_not_specialize=["T"])
 def kda_bwd_intra_kernel(
     q, k, g, beta, dAqk, dAkk, dq, dk, dg, dq2, dk2, dg2, db2, cu_seqlens, chunk_indices,
@@ -121,32 +149,11 @@ def kda_bwd_intra_kernel(
     b_pq += b_eq[:, None] * b_k
     b_pk += b_ek[:, None] * b_k
     b_dkt = b_eq[:, None] * b_q + b_ek[:, None] * b_kb
-    for p in tl.static_range(3, -1, -1):
-        S: tl.constexpr = 1 << p
-        anc = (o_i // (2 * S)) * (2 * S) + S
-        m_a = (i_ti + anc) < L
-        b_ga = tl.load(
-            g + (i_ti + anc)[:, None] * (HV * K) + o_k[None, :],
-            mask=m_a[:, None] & m_k[None, :],
-            other=0.0,
-        )
-        up = ((o_i % (2 * S)) >= S) & m_r & m_a
-        lo = ((o_i % (2 * S)) < S) & m_r & m_a
-        m_l = (o_i[:, None] // (2 * S) == o_i[None, :] // (2 * S)) & up[:, None] & lo[None, :]
-        b_rf = tl.exp2(
-            tl.where(up[:, None] & m_k[None, :], tl.minimum(b_g - b_ga, 0.0), -float("inf"))
-        )
-        b_cf = tl.exp2(
-            tl.where(lo[:, None] & m_k[None, :], tl.minimum(b_ga - b_g, 0.0), -float("inf"))
-        )
-        b_lq = tl.where(m_l, b_aq, 0.0)
-        b_lk = tl.where(m_l, b_ak, 0.0)
-        b_kc = b_k * b_cf
-        b_pq += b_rf * tl.dot(b_lq, b_kc, input_precision="tf32x3")
-        b_pk += b_rf * tl.dot(b_lk, b_kc, input_precision="tf32x3")
-        b_t = tl.dot(tl.trans(b_lq), b_q * b_rf, input_precision="tf32x3")
-        b_t = tl.dot(tl.trans(b_lk), b_kb * b_rf, b_t, input_precision="tf32x3")
-        b_dkt += b_cf * b_t
+    for lvl in tl.static_range(4):
+        b_pq, b_pk, b_dkt = _diag_level(
+            g, b_g, b_q, b_k, b_kb, b_aq, b_ak, b_pq, b_pk, b_dkt, o_i, o_k, m_k, m_r,
+            i_ti, L, HV=HV, K=K, S=8 >> lvl,
+        )  # fmt: skip
 
     # this sub-chunk's keys against the later sub-chunks' rows (tensor cores)
     NCv = tl.minimum(NC, tl.cdiv(L - i_t * BT, BC))
