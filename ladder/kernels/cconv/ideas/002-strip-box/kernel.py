@@ -25,7 +25,7 @@ state the last W rows (reaching into the initial state when L < W).
 Env knobs (DESIGN.md form; the vendor freezes them to the winning record's values):
     CCONV_TARGET_PROGRAMS  large calls: segments sized for about this many programs per
                            1024-wide strip (001's rule, unchanged)
-    CCONV_MIN_PROGRAMS     small calls: segments shortened (to 16 rows at least) until the
+    CCONV_MIN_PROGRAMS     small calls: segments shortened (to 8 rows at least) until the
                            grid has at least this many programs
     CCONV_MAXNREG          add register-capped (maxnreg=128) configs to the autotune space
     CCONV_AUTOTUNE         autotune large calls; 0 = always the fixed configuration
@@ -54,7 +54,7 @@ WMAX = 4  # the register ring holds W-1 <= 3 previous rows
 SEG_ALIGN = 8  # TS is a multiple of every G
 WORK_CAP = 1 << 26
 MIN_SEG = 64  # large calls: 001's floor
-MIN_SEG_SMALL = 16  # small calls: the floor when occupancy decides
+MIN_SEG_SMALL = 8  # small calls: the floor when occupancy decides
 X_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 ACTIVATIONS = {None: 0, "silu": 1, "swish": 1}
 
@@ -93,27 +93,33 @@ def _configs() -> list[triton.Config]:
 
 @triton.jit
 def _sig_parts(z):
-    """(s_hi, s_lo): sigmoid(z) = s_hi for z >= 0 and s_lo * 2^-64 for z < 0.
+    """(r, q, big): sigmoid(z) = r for z >= 0, and for z < 0 it is q, or q * 2^-64 where big.
 
-    e = 2^(64 - |z| log2 e) is exp(-|z|) scaled by 2^64 (one MUFU ex2), r = 1 / (1 + e 2^-64)
-    by three Newton steps from the linear minimax start 24/17 - 8/17 a on [1, 2] (error
-    (1/17)^8, FMAs only). Neither branch subtracts nearly equal numbers, and the scale keeps the negative
-    tail out of the subnormal range until the caller removes it after multiplying by z."""
-    e = tl.exp2(64.0 - tl.abs(z) * 1.4426950408889634)
-    a = 1.0 + e * 5.421010862427522e-20
+    e = exp(-|z|) = 2^(-|z| log2 e) (one MUFU ex2), scaled by 2^64 where it would be tiny
+    (big: |z| log2 e > 96), so the negative tail stays in the normal range until the caller
+    removes the scale after multiplying by z (outputs subnormal in fp32 / bf16 stay exact);
+    r = 1 / (1 + e) by three Newton steps from the linear minimax start 24/17 - 8/17 a on
+    [1, 2] (error (1/17)^8, FMAs only); q = e r. Nothing subtracts nearly equal numbers, so
+    there is no cancellation at either end (001's 0.5 tanh(z/2) + 0.5 cancels for z << 0)."""
+    a2 = -tl.abs(z) * 1.4426950408889634
+    big = a2 < -96.0
+    e = tl.exp2(tl.where(big, a2 + 64.0, a2))
+    a = 1.0 + tl.where(big, 0.0, e)
     r = 1.4117647058823530 - 0.47058823529411764 * a
     r = r * (2.0 - a * r)
     r = r * (2.0 - a * r)
     r = r * (2.0 - a * r)
-    return r, e * r
+    return r, e * r, big
 
 
 @triton.jit
 def _act(z, ACT: tl.constexpr):
     """silu(z) (ACT=1) or z (ACT=0), in fp32."""
     if ACT == 1:
-        s_hi, s_lo = _sig_parts(z)
-        return tl.where(z >= 0, z * s_hi, (z * s_lo) * 5.421010862427522e-20)
+        r, q, big = _sig_parts(z)
+        neg = z * q
+        neg = tl.where(big, neg * 5.421010862427522e-20, neg)
+        return tl.where(z >= 0, z * r, neg)
     else:
         return z
 
@@ -122,9 +128,14 @@ def _act(z, ACT: tl.constexpr):
 def _g(z, dy, ACT: tl.constexpr):
     """dy * act'(z); silu'(z) = s (1 + z (1 - s))."""
     if ACT == 1:
-        s_hi, s_lo = _sig_parts(z)
-        s = tl.where(z >= 0, s_hi, s_lo * 5.421010862427522e-20)
-        return dy.to(tl.float32) * s * (1.0 + z * (1.0 - s))
+        r, q, big = _sig_parts(z)
+        # s = r or q (q 2^-64 is negligible in 1 - s); the scale goes last, after the
+        # factor, so a subnormal result keeps its few bits.
+        s = tl.where(z >= 0, r, tl.where(big, 0.0, q))
+        f = 1.0 + z * (1.0 - s)
+        qf = q * f
+        d = tl.where(z >= 0, r * f, tl.where(big, qf * 5.421010862427522e-20, qf))
+        return dy.to(tl.float32) * d
     else:
         return dy.to(tl.float32)
 
