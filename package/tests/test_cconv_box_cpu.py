@@ -265,3 +265,152 @@ def test_small_calls_get_enough_programs(box):
     assert programs >= box.MIN_PROGRAMS
     # large calls keep 001's segments (the prod path is unchanged)
     assert box._segment(16, 8192, 2048, 512) == 128
+
+
+# ---------------------------------------------------------------- the dispatch (ops.py)
+
+
+@pytest.fixture
+def routed(box, monkeypatch):
+    """kernel_fun.cconv with the 002 kernels as if vendored, on a device the gate admits:
+    CPU tensors run the interpreted kernels through the real dispatch and autograd."""
+    from kernel_fun._common import support
+    from kernel_fun.cconv import ops
+
+    monkeypatch.setattr(ops, "_box_mod", box)
+    monkeypatch.setattr(ops.support, "triton_unsupported_reason", lambda t, family: None)
+    for name in ("KERNEL_FUN_DISABLE", "KERNEL_FUN_CCONV_DISABLE"):
+        monkeypatch.delenv(name, raising=False)
+    support._reset_for_tests()
+    return ops
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "bias",
+        "act-none-bias-residual",
+        "state-t2-short",
+        "varlen-short-and-empty",
+        "varlen-everything-bf16",
+        "dense-fp32-w3-fp16w",
+    ],
+)  # noqa: E501
+def test_causal_conv1d_gradients_through_autograd(routed, name):
+    """The public entry point on our path: y, final state and every gradient (x, weight,
+    bias, residual, initial state; dht into x and the state) against the reference."""
+    from kernel_fun.cconv import causal_conv1d, is_supported
+
+    B, T, D, W, xdt, wdt, bias, res, h0, dht, act, cu = CASES[name]
+    a = _make(B, T, D, W, xdt, wdt, bias, res, h0, dht, cu)
+    leaves = {
+        k: a[k].clone().requires_grad_()
+        for k in ("x", "w", "bias", "residual", "h0")
+        if a[k] is not None
+    }  # noqa: E501
+    kw = dict(
+        bias=leaves.get("bias"), residual=leaves.get("residual"), initial_state=leaves.get("h0"),
+        output_final_state=dht, activation=act, cu_seqlens=a["cu"],
+    )  # fmt: skip
+    ok, reason = is_supported(leaves["x"], leaves["w"], **kw)
+    assert ok, reason
+    y, final = causal_conv1d(leaves["x"], leaves["w"], **kw)
+    loss = (y.double() * a["dy"].double()).sum()
+    if dht:
+        loss = loss + (final.double() * a["dht"].double()).sum()
+    loss.backward()
+    ref = conv_reference(
+        a["x"], a["w"], a["dy"], a["bias"], a["residual"], a["h0"], a["dht"], act, a["cu"]
+    )  # noqa: E501
+    tol = max(TOL[xdt], TOL[wdt])
+    assert rel_err(y, ref["y"]) < tol
+    names = {"x": "dx", "w": "dw", "bias": "db", "residual": "dr", "h0": "dh0"}
+    for k, t in leaves.items():
+        assert t.grad is not None and t.grad.dtype == t.dtype, k
+        assert rel_err(t.grad, ref[names[k]]) < tol, k
+
+
+def _gate_args(**over):
+    g = torch.Generator().manual_seed(0)
+    args = dict(
+        x=torch.randn(2, 8, 16, generator=g).bfloat16(),
+        weight=torch.randn(16, 4, generator=g),
+        activation="silu",
+    )
+    args.update(over)
+    return args
+
+
+@pytest.mark.parametrize(
+    "over",
+    [
+        {},
+        {"bias": torch.zeros(16)},
+        {"residual": torch.zeros(2, 8, 16)},
+        {"initial_state": torch.zeros(2, 16, 4), "output_final_state": True},
+        {"activation": None},
+        {"activation": "swish", "output_final_state": None},
+        {"x": torch.randn(2, 8, 16)},
+        {"x": torch.randn(1, 8, 16).half(), "cu_seqlens": torch.tensor([0, 3, 8])},
+        {"x": torch.randn(1, 8, 16), "cu_seqlens": torch.tensor([0, 8], dtype=torch.int32),
+         "cu_seqlens_cpu": torch.tensor([0, 8]), "chunk_indices": torch.zeros(1, 2)},
+        {"x": torch.randn(1, 8, 16), "cu_seqlens": torch.tensor([0, 1, 8]),
+         "initial_state": torch.zeros(2, 16, 4)},
+    ],
+)  # fmt: skip
+def test_the_gate_admits_every_case_of_the_box(routed, over):
+    from kernel_fun.cconv import is_supported
+
+    ok, reason = is_supported(**_gate_args(**over))
+    assert ok, reason
+
+
+@pytest.mark.parametrize(
+    "over, needle",
+    [
+        ({"bias": torch.zeros(15)}, "bias"),
+        ({"bias": torch.zeros(16, dtype=torch.int32)}, "bias"),
+        ({"residual": torch.zeros(2, 8, 15)}, "residual"),
+        ({"initial_state": torch.zeros(2, 16, 3)}, "initial_state"),
+        ({"initial_state": torch.zeros(3, 16, 4)}, "initial_state"),
+        ({"cu_seqlens": torch.tensor([0, 8])}, "cu_seqlens"),  # B = 2
+        ({"x": torch.randn(1, 8, 16), "cu_seqlens": torch.tensor([0.0, 8.0])}, "cu_seqlens"),
+        ({"x": torch.randn(1, 8, 16), "cu_seqlens": torch.tensor([[0, 8]])}, "cu_seqlens"),
+        ({"cu_seqlens_cpu": torch.tensor([0, 8])}, "cu_seqlens_cpu"),
+        ({"chunk_indices": torch.zeros(1, 2)}, "chunk_indices"),
+        ({"output_final_state": 1}, "output_final_state"),
+        ({"x": torch.randn(2, 8, 16).double()}, "dtype"),
+        ({"weight": torch.randn(16, 5)}, "W=5"),
+        ({"cp_context": object()}, "cp_context"),
+        ({"backend": "cuda"}, "backend"),
+    ],
+)
+def test_the_gate_refuses_what_is_outside_the_box(routed, over, needle):
+    from kernel_fun.cconv import is_supported
+
+    ok, reason = is_supported(**_gate_args(**over))
+    assert not ok and needle in reason, reason
+
+
+def test_without_the_002_kernels_only_001s_case_is_admitted(routed, monkeypatch):
+    from kernel_fun.cconv import is_supported
+
+    monkeypatch.setattr(routed, "_box_mod", None)
+    assert is_supported(**_gate_args())[0]
+    for over in ({"bias": torch.zeros(16)}, {"activation": None}, {"x": torch.randn(2, 8, 16)}):
+        ok, reason = is_supported(**_gate_args(**over))
+        assert not ok and "002" in reason, reason
+
+
+def test_decode_step_through_the_dispatch(routed):
+    from kernel_fun.cconv import causal_conv1d_update
+
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(1, 3, 24, generator=g).bfloat16()
+    cache = torch.randn(3, 24, 4, generator=g).bfloat16()
+    w, b = torch.randn(24, 4, generator=g), torch.randn(24, generator=g)
+    want_y, want_cache = update_reference(x, cache, None, w, b, "silu")
+    y, c = causal_conv1d_update(x, cache, None, w, b, "silu")
+    assert c is cache and y.shape == x.shape
+    assert rel_err(y.view(3, 24), want_y) < TOL[torch.bfloat16]
+    assert torch.equal(cache.double(), want_cache.bfloat16().double())

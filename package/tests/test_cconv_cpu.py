@@ -72,7 +72,7 @@ def test_each_unsupported_flag_has_its_reason(kwargs, needle):
 @pytest.mark.parametrize(
     "make, needle",
     [
-        (lambda: (torch.randn(2, 8, 16), torch.randn(16, 4)), "dtype"),  # fp32 x
+        (lambda: (torch.randn(2, 8, 16).double(), torch.randn(16, 4)), "dtype"),  # fp64 x
         (lambda: (torch.randn(8, 16).bfloat16(), torch.randn(16, 4)), "[B, T, D]"),
         (lambda: (torch.randn(2, 8, 16).bfloat16(), torch.randn(16, 5)), "W=5"),
         (lambda: (torch.randn(2, 8, 16).bfloat16(), torch.randn(12, 4)), "[D, W]"),

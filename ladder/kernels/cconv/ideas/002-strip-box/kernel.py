@@ -32,6 +32,10 @@ Env knobs (DESIGN.md form; the vendor freezes them to the winning record's value
                            (what Triton's CPU interpreter can run)
     CCONV_SMALL_WORK       B*T*D below which the fixed configuration is used
     CCONV_FIXED_WARPS, CCONV_FIXED_G   the fixed configuration
+
+Zeros are written tl.full(shape, 0.0, ...) (a builtin) rather than tl.zeros (a jit function
+of Triton's standard library): the CPU interpreter then runs these kernels even in a process
+that imported Triton before switching TRITON_INTERPRET on.
 """
 
 from __future__ import annotations
@@ -149,7 +153,7 @@ def _tap(w, o_d, m_d, W: tl.constexpr, j: tl.constexpr):
     if j < W:
         return tl.load(w + o_d * W + (W - 1 - j), mask=m_d, other=0.0).to(tl.float32)
     else:
-        return tl.zeros(o_d.shape, dtype=tl.float32)
+        return tl.full(o_d.shape, 0.0, tl.float32)
 
 
 @triton.jit
@@ -188,13 +192,13 @@ def _behind(px, t, sxt, bos, ph0, m_d, W: tl.constexpr, j: tl.constexpr, HAS_H0:
             v += tl.load(ph0 + (W + t - bos), mask=m_d & (t < bos), other=0.0).to(tl.float32)
         return v
     else:
-        return tl.zeros(m_d.shape, dtype=tl.float32)
+        return tl.full(m_d.shape, 0.0, tl.float32)
 
 
 @triton.jit
 def _ring_start(ph0, m_d, W: tl.constexpr, HAS_H0: tl.constexpr):
     """The ring at a sequence start: x[bos-1], x[bos-2], x[bos-3] from the initial state."""
-    z = tl.zeros(m_d.shape, dtype=tl.float32)
+    z = tl.full(m_d.shape, 0.0, tl.float32)
     r1 = z
     r2 = z
     r3 = z
@@ -305,7 +309,7 @@ def cconv_fwd_kernel(
     w1 = _tap(w, o_d, m_d, W, 1)
     w2 = _tap(w, o_d, m_d, W, 2)
     w3 = _tap(w, o_d, m_d, W, 3)
-    bv = tl.zeros([BD], dtype=tl.float32)
+    bv = tl.full([BD], 0.0, tl.float32)
     if HAS_BIAS:
         bv = tl.load(b + o_d, mask=m_d, other=0.0).to(tl.float32)
     xm1 = _behind(px, t0 - 1, sxt, bos, ph0, m_d, W, 1, HAS_H0)
@@ -675,14 +679,14 @@ def cconv_bwd_kernel(
     w1 = _tap(w, o_d, m_d, W, 1)
     w2 = _tap(w, o_d, m_d, W, 2)
     w3 = _tap(w, o_d, m_d, W, 3)
-    bv = tl.zeros([BD], dtype=tl.float32)
+    bv = tl.full([BD], 0.0, tl.float32)
     if HAS_BIAS:
         bv = tl.load(b + o_d, mask=m_d, other=0.0).to(tl.float32)
     xm1 = _behind(px, t0 - 1, sxt, bos, ph0, m_d, W, 1, HAS_H0)
     xm2 = _behind(px, t0 - 2, sxt, bos, ph0, m_d, W, 2, HAS_H0)
     xm3 = _behind(px, t0 - 3, sxt, bos, ph0, m_d, W, 3, HAS_H0)
     # Ring rows before t0: their dx is the previous segment's, so zero g is fine.
-    gm1 = tl.zeros([BD], dtype=tl.float32)
+    gm1 = tl.full([BD], 0.0, tl.float32)
     gm2 = gm1
     gm3 = gm1
     dw0 = gm1
@@ -1252,10 +1256,10 @@ def dh0_kernel(
     ph0 = h0 + i_n.to(tl.int64) * D * W + o_d * W
     pdht = dht + i_n.to(tl.int64) * D * W + o_d * W
     pdh0 = dh0 + i_n.to(tl.int64) * D * W + o_d * W
-    bv = tl.zeros([BD], dtype=tl.float32)
+    bv = tl.full([BD], 0.0, tl.float32)
     if HAS_BIAS:
         bv = tl.load(b + o_d, mask=m_d, other=0.0).to(tl.float32)
-    acc0 = tl.zeros([BD], dtype=tl.float32)
+    acc0 = tl.full([BD], 0.0, tl.float32)
     acc1 = acc0
     acc2 = acc0
     acc3 = acc0
@@ -1312,7 +1316,7 @@ def update_kernel(
     m_d = o_d < D
     pc = cache + i_n * D * W + o_d * W
     xv = tl.load(x + i_n * sxn + o_d * sxd, mask=m_d, other=0.0).to(tl.float32)
-    z = tl.zeros([BD], dtype=tl.float32)
+    z = tl.full([BD], 0.0, tl.float32)
     if HAS_BIAS:
         z += tl.load(b + o_d, mask=m_d, other=0.0).to(tl.float32)
     for k in tl.static_range(W - 1):
