@@ -15,8 +15,11 @@ How it measures (docs/DESIGN.md "Bench records"):
 3. The copy ceiling: a device-to-device ``copy_`` of a buffer several times the L2, timed as
    a third side in every interleaved set of step 2, so it sees the same clocks and drift as
    the kernels; TB/s counts bytes read + written. bwd alone calls each side's
-   backward directly on saved inputs; fwdbwd runs family.autograd_apply vs
-   family.baseline_autograd and ``torch.autograd.grad``.
+   backward on a context its forward made untimed; fwdbwd goes through autograd. All of
+   these are the zero-argument callables of the family's ``timed(impl, inputs)`` (made once
+   per rotated input set, outside the timed window), for the idea and for ``BASELINE``.
+
+Only the shapes whose case the idea implements (its ``CASES``) are run and recorded.
 
 The record is written once, at the end, by an exclusive create: an interrupted bench leaves
 no file. An exception while measuring gives an "error" record carrying the message.
@@ -39,7 +42,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ladder import codehash, paths, records, timing
+from ladder import codehash, contract, paths, records, timing
 from ladder.check import check_shape
 from ladder.paths import LadderError, NoGpu
 from ladder.prepare import PreparedIdea, check_seed, prepare_idea, related_ideas
@@ -48,6 +51,7 @@ __all__ = [
     "BenchOptions",
     "BenchState",
     "GitState",
+    "covered_shapes",
     "GpuRuntime",
     "git_state",
     "new_record_id",
@@ -79,6 +83,13 @@ class BenchOptions:
     warmup: int = 1
     seed: int | None = None
     root: Path | None = None
+
+
+def covered_shapes(family: ModuleType, idea: Any, shapes: list[Any]) -> list[Any]:
+    """The shapes whose case the idea implements (its CASES; see ladder.contract), in order.
+    The others are left out of the run and of the record (absent, not failed)."""
+    cases = contract.idea_cases(family, idea, getattr(idea, "__name__", "idea"))
+    return [s for s in shapes if contract.shape_case(s) in cases]
 
 
 def select_shapes(family: ModuleType, which: str, allowed: tuple[str, ...]) -> list[Any]:
@@ -299,18 +310,6 @@ class BenchState:
     status: str = "error"
 
 
-def _shape_fields(shape: Any) -> dict[str, Any]:
-    return {
-        "name": shape.name,
-        "B": shape.B,
-        "T": shape.T,
-        "D": shape.D,
-        "W": shape.W,
-        "x_dtype": shape.x_dtype,
-        "w_dtype": shape.w_dtype,
-    }
-
-
 def _tbps(nbytes: int, ms: float) -> float:
     return nbytes / (ms * 1e-3) / 1e12
 
@@ -331,7 +330,9 @@ def measure(
     for i, shape in enumerate(state.shapes):
         state.progress(f"{shape.name}: correctness (compile + autotune)", 0)
         chk = check_shape(fam, idea, shape, dev, state.seed + i, baseline=True)
-        state.entries.append({**_shape_fields(shape), "correctness": chk.record_entry()})
+        state.entries.append(
+            {**contract.shape_fields(fam, shape), "correctness": chk.record_entry()}
+        )
         if dev.type == "cuda":
             torch.cuda.empty_cache()
         state.progress(f"{shape.name}: correctness", 1)
@@ -380,50 +381,29 @@ def _time_shape(
     copy: Callable[[int], Any],
 ) -> list[float]:
     """Time fwd, bwd and fwd+bwd of one shape, candidate vs baseline, each interleaved with
-    the device copy; fill ``entry`` (all but fraction_of_copy). Returns the copy's times."""
-    import torch
-
+    the device copy; fill ``entry`` (all but fraction_of_copy). The callables come from the
+    family's ``timed(impl, inputs)``, one plan per rotated input set. Returns the copy's
+    times."""
     fam, opts = state.family, state.options
-    fwd_name, bwd_name = fam.ENTRY_POINTS
-    fwd, bwd = getattr(state.idea, fwd_name), getattr(state.idea, bwd_name)
     n_sets = max(
         1, min(MAX_ROTATION_SETS, math.ceil(ROTATE_L2_FACTOR * l2 / fam.min_bytes(shape, "bwd")))
     )
-    sets = [fam.make_inputs(shape, dev, seed + k) for k in range(n_sets)]
+    sets = [tuple(fam.make_inputs(shape, dev, seed + k)) for k in range(n_sets)]
     retune = getattr(fam, "baseline_retune", None)
     if retune is not None:  # the baseline is timed with its pick for this shape
         retune()
-        fam.baseline_fwd(*sets[0][:2])
-        fam.baseline_bwd(*sets[0])
-    leaves = [
-        (x.detach().requires_grad_(True), w.detach().requires_grad_(True), dy) for x, w, dy in sets
-    ]
+        fam.run(fam.BASELINE, sets[0], _no_poison)
+    sides = {"candidate": state.idea, "baseline": fam.BASELINE}
+    plans = {side: [_plan(fam, impl, s) for s in sets] for side, impl in sides.items()}
 
-    def fb(apply: Callable[[Any, Any], Any], k: int) -> None:
-        x, w, dy = leaves[k % n_sets]
-        y = apply(x, w)
-        torch.autograd.grad(y, (x, w), dy)
+    def caller(side: str, direction: str) -> Callable[[int], Any]:
+        fns = [p[direction] for p in plans[side]]
+        return lambda k: fns[k % n_sets]()
 
-    def cand_apply(x: Any, w: Any) -> Any:
-        return fam.autograd_apply(fwd, bwd, x, w)
-
-    plans: dict[str, dict[str, Callable[[int], Any]]] = {
-        "fwd": {
-            "candidate": lambda k: fwd(*sets[k % n_sets][:2]),
-            "baseline": lambda k: fam.baseline_fwd(*sets[k % n_sets][:2]),
-        },
-        "bwd": {
-            "candidate": lambda k: bwd(*sets[k % n_sets]),
-            "baseline": lambda k: fam.baseline_bwd(*sets[k % n_sets]),
-        },
-        "fwdbwd": {
-            "candidate": lambda k: fb(cand_apply, k),
-            "baseline": lambda k: fb(fam.baseline_autograd, k),
-        },
-    }
     copy_ms: list[float] = []
     entry["rotation_sets"] = n_sets
-    for direction, fns in plans.items():
+    for direction in contract.TIMED_KEYS:
+        fns = {side: caller(side, direction) for side in sides}
         ms = timing.time_interleaved(
             {**fns, "copy": copy},
             rounds=opts.rounds,
@@ -446,6 +426,21 @@ def _time_shape(
         entry[direction] = res
         copy_ms += ms["copy"]
     return copy_ms
+
+
+def _no_poison(specs: list) -> None:
+    return None
+
+
+def _plan(fam: ModuleType, impl: Any, inputs: tuple) -> dict[str, Callable[[], Any]]:
+    plan = fam.timed(impl, inputs)
+    missing = [k for k in contract.TIMED_KEYS if not callable(plan.get(k))]
+    if missing:
+        raise LadderError(
+            f"family {fam.FAMILY}: timed() returned no callable for {', '.join(missing)}; it "
+            f"must return {{'fwd', 'bwd', 'fwdbwd'}} zero-argument callables"
+        )
+    return plan
 
 
 # ------------------------------------------------------------------------------------------
@@ -494,7 +489,7 @@ def run_bench(
     if opts.warmup < 0:
         raise LadderError(f"--warmup must be 0 or more, got {opts.warmup}")
     check_seed(opts.seed)
-    fam = paths.load_family(opts.family, opts.root)
+    fam = paths.load_family(opts.family, opts.root, complete=True)
     shapes = select_shapes(fam, opts.shapes, BENCH_SHAPE_SETS)
     prepared: PreparedIdea = prepare_idea(opts.family, opts.idea, opts.knobs, opts.root, load=False)
     why = rt.unavailable()
@@ -512,6 +507,14 @@ def run_bench(
     )
     prepared = prepare_idea(opts.family, prepared.folder, opts.knobs, opts.root, load=True)
     assert prepared.module is not None
+    shapes = covered_shapes(fam, prepared.module, shapes)
+    if not shapes:
+        cases = ", ".join(contract.idea_cases(fam, prepared.module, prepared.folder))
+        raise LadderError(
+            f"idea {prepared.folder} implements the cases {cases}, and no {opts.shapes!r} shape "
+            f"of {opts.family} is one of them; pick another --shapes or add the case to its "
+            f"CASES"
+        )
     csha = codehash.code_sha(codehash.idea_files_from_dir(idea_dir))
     # Read (and validate) the idea's records now, not after minutes of measuring.
     unchanged_since = records.code_unchanged_since(idea_dir, csha, "")

@@ -68,15 +68,13 @@ class BoardRow:
 class ShapePoint:
     """One idea at one shape, from one passed record. Times are medians in ms (candidate and
     fla, timed side by side in that record); bandwidths in TB/s are min_bytes / median time;
-    fractions are of the record's own copy ceiling (``copy_ceiling_TBps``, TB/s)."""
+    fractions are of the record's own copy ceiling (``copy_ceiling_TBps``, TB/s). ``fields``
+    holds the record's shape fields other than the name (cconv: B, T, D, W, dtypes)."""
 
     idea: str
     shape: str
     record_id: str
-    B: int
-    T: int
-    D: int
-    W: int
+    fields: dict[str, Any]
     copy_ceiling_TBps: float
     fwd_ms: float
     fla_fwd_ms: float
@@ -215,10 +213,9 @@ def shape_points(folder: str, recs: list[dict], best: dict | None) -> list[Shape
                 idea=folder,
                 shape=name,
                 record_id=rec["record_id"],
-                B=s["B"],
-                T=s["T"],
-                D=s["D"],
-                W=s["W"],
+                fields={
+                    k: v for k, v in s.items() if k != "name" and k not in records.SHAPE_RESULT_KEYS
+                },
                 copy_ceiling_TBps=rec["copy_ceiling_TBps"],
                 fwd_ms=fwd["candidate_ms"]["median"],
                 fla_fwd_ms=fwd["baseline_ms"]["median"],
@@ -363,7 +360,7 @@ def board_figure(board: Board) -> Any:
             ideas.append(p.idea)
     at = {(p.idea, p.shape): p for p in board.shapes}
     first = {n: next(p for p in board.shapes if p.shape == n) for n in names}
-    ticks = [f"{n}\nB{first[n].B} T{first[n].T} D{first[n].D} W{first[n].W}" for n in names]
+    ticks = [f"{n}\n{_dims(first[n].fields)}" for n in names]
     ceilings = [p.copy_ceiling_TBps for p in board.shapes]
     lo, hi = min(ceilings), max(ceilings)
     span = f"{lo:.2f} TB/s" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}-{hi:.2f} TB/s"
@@ -431,6 +428,13 @@ def board_figure(board: Board) -> Any:
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside upper center", ncol=len(labels), fontsize=8)
     return fig
+
+
+def _dims(fields: dict[str, Any]) -> str:
+    """The integer shape fields as a tick label: "B16 T8192 D2048 W4"."""
+    return " ".join(
+        f"{k}{v}" for k, v in fields.items() if isinstance(v, int) and not isinstance(v, bool)
+    )
 
 
 def plot_formats() -> list[str]:

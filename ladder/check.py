@@ -1,12 +1,15 @@
 """Correctness of an idea: candidate vs the family's fp64 oracle, against fla's own error.
 
-Per output o (y, dx, dw): err_o = ||out_o - ref_o||_2 / ||ref_o||_2 with ref from the
+The family protocol (ladder.contract) supplies everything: inputs, the oracle, the call
+(``run``: forward then backward, outputs in TOLERANCES order) and optional layout checks.
+Per output o (cconv: y, dx, dw): err_o = ||out_o - ref_o||_2 / ||ref_o||_2 with ref from the
 family's float64 reference. A shape passes iff every output has err_o <= TOLERANCES[o] and,
 when the baseline ran, err_o <= ERR_RATIO_MAX * baseline_err_o + 1e-6. A non-finite output
-fails. Before each candidate call the caching allocator is fed NaN-filled blocks of the
-output sizes, so an output the kernel leaves partly unwritten shows up as NaN, not as a
-previous call's correct values; each direction is called once untimed first, so autotuning
-(which writes the outputs with every configuration) is over before the checked call.
+fails. Before each direction of the checked candidate call (``run`` calls ``poison``) the
+caching allocator is fed NaN-filled blocks of the output sizes, so an output the kernel
+leaves partly unwritten shows up as NaN, not as a previous call's correct values; ``run`` is
+called once unchecked first, so autotuning (which writes the outputs with every
+configuration) is over before the checked call. Off CUDA, poisoning is a no-op.
 
 On Triton's CPU interpreter fla's autotuned kernels cannot run: the baseline is skipped and
 only the absolute tolerances apply.
@@ -18,6 +21,8 @@ import math
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
+
+from ladder.paths import LadderError
 
 __all__ = ["ShapeCheck", "check_shape", "rel_err"]
 
@@ -85,41 +90,13 @@ class ShapeCheck:
         return out
 
 
-def strided_inputs(x: Any, w: Any, dy: Any) -> tuple[Any, Any, Any]:
-    """Copies of (x, w, dy) with the layouts models pass: x a channel slice of a wider
-    [B, T, 3D] activation (row stride 3D; the rest NaN, so reading outside the slice shows),
-    dy stored time-minor ([B, D, T] transposed)."""
-    import torch
-
-    B, T, D = x.shape
-    wide = torch.full((B, T, 3 * D), math.nan, dtype=x.dtype, device=x.device)
-    xs = wide[:, :, D : 2 * D]
-    xs.copy_(x)
-    dys = torch.empty((B, D, T), dtype=dy.dtype, device=dy.device).transpose(1, 2)
-    dys.copy_(dy)
-    return xs, w, dys
-
-
-def _shape_problems(names: tuple[str, ...], outs: tuple, x: Any, w: Any) -> list[str]:
-    """Contract checks: y and dx are [B, T, D] contiguous in x's dtype, dw is w's shape and
-    dtype, all on x's device."""
-    problems = []
-    likes = (x, x, w)
-    for name, out, like in zip(names, outs, likes, strict=True):
-        if tuple(out.shape) != tuple(like.shape) or out.dtype != like.dtype:
-            problems.append(
-                f"{name}: got {tuple(out.shape)} {out.dtype}, want {tuple(like.shape)} {like.dtype}"
-            )
-        elif like is x and not out.is_contiguous():
-            problems.append(f"{name}: not contiguous (strides {tuple(out.stride())})")
-        if out.device != x.device:
-            problems.append(f"{name}: on {out.device}, want {x.device}")
-    return problems
+def _noop(specs: list[tuple[tuple[int, ...], Any]]) -> None:
+    return None
 
 
 def check_shape(
     family: ModuleType,
-    idea: ModuleType,
+    idea: Any,
     shape: Any,
     device: Any,
     seed: int,
@@ -127,42 +104,57 @@ def check_shape(
     baseline: bool,
     strided: bool = False,
 ) -> ShapeCheck:
-    """Check one shape: fresh inputs from ``seed``, the oracle, the candidate (warm-up call,
-    then a checked call on poisoned memory) and, if ``baseline``, fla. ``strided`` uses
-    :func:`strided_inputs`. Exceptions from the candidate or baseline propagate.
+    """Check one shape: fresh inputs from ``family.make_inputs(shape, device, seed)``, the
+    oracle ``family.reference(*inputs)``, then ``family.run`` on the candidate (a warm-up
+    call, then a checked call on poisoned memory) and, if ``baseline``, on
+    ``family.BASELINE``. ``strided`` passes the inputs through ``family.strided`` first.
+    ``idea`` is an idea module (or BASELINE). Exceptions from the candidate or baseline
+    propagate; LadderError when ``strided`` is asked of a family without ``strided``.
     Returns a :class:`ShapeCheck`; its name gets ``+strided`` for the strided layout."""
     import torch
 
-    fwd_name, bwd_name = family.ENTRY_POINTS
-    fwd, bwd = getattr(idea, fwd_name), getattr(idea, bwd_name)
     names = tuple(family.TOLERANCES)
     dev = torch.device(device)
-    x, w, dy = family.make_inputs(shape, dev, seed)
+    inputs = tuple(family.make_inputs(shape, dev, seed))
     if strided:
-        x, w, dy = strided_inputs(x, w, dy)
-    refs = family.reference(x, w, dy)
+        hook = getattr(family, "strided", None)
+        if hook is None:
+            raise LadderError(
+                f"family {family.FAMILY} defines no strided(inputs); check without --strided"
+            )
+        inputs = tuple(hook(inputs))
+    refs = tuple(family.reference(*inputs))
+    if len(refs) != len(names):
+        raise LadderError(
+            f"family {family.FAMILY}: reference returned {len(refs)} outputs, TOLERANCES names "
+            f"{len(names)} ({', '.join(names)}); make them agree in family.py"
+        )
 
-    def run(f, b, poison: bool) -> tuple:
-        f(x, w)
-        b(x, w, dy)
+    def poison(specs: list[tuple[tuple[int, ...], Any]]) -> None:
         _sync(dev)
-        if poison:
-            _poison([(tuple(x.shape), x.dtype)], dev)
-        y = f(x, w)
-        _sync(dev)
-        if poison:
-            _poison([(tuple(x.shape), x.dtype), (tuple(w.shape), w.dtype)], dev)
-        dx, dw = b(x, w, dy)
-        _sync(dev)
-        return (y, dx, dw)
+        _poison(specs, dev)
 
-    outs = run(fwd, bwd, poison=True)
-    problems = _shape_problems(names, outs, x, w)
-    cand = {n: rel_err(o, r) for n, o, r in zip(names, outs, refs, strict=True)}
+    def call(impl: Any, poisoned: bool) -> tuple:
+        family.run(impl, inputs, _noop)  # compiles and autotunes: writes the outputs freely
+        _sync(dev)
+        outs = tuple(family.run(impl, inputs, poison if poisoned else _noop))
+        _sync(dev)
+        return outs
+
+    outs = call(idea, poisoned=True)
+    problems: list[str] = []
+    if len(outs) != len(names):
+        problems.append(f"run returned {len(outs)} outputs, want {len(names)} ({', '.join(names)})")
+        cand = dict.fromkeys(names, math.nan)
+    else:
+        cand = {n: rel_err(o, r) for n, o, r in zip(names, outs, refs, strict=True)}
+        hook = getattr(family, "contract_problems", None)
+        if hook is not None:
+            problems += list(hook(outs, inputs))
     del outs
     base = ratio = None
     if baseline:
-        bouts = run(family.baseline_fwd, family.baseline_bwd, poison=False)
+        bouts = call(family.BASELINE, poisoned=False)
         base = {n: rel_err(o, r) for n, o, r in zip(names, bouts, refs, strict=True)}
         del bouts
         ratio = {n: (cand[n] / base[n] if base[n] > 0 else math.inf) for n in names}

@@ -157,7 +157,8 @@ def check(
         bool, typer.Option("--interpret", help="Run the small shapes on Triton's CPU interpreter.")
     ] = False,
     strided: Annotated[
-        bool, typer.Option(help="Also check each shape with strided x and dy.")
+        bool,
+        typer.Option(help="Also check each shape with the family's strided(inputs) layouts."),
     ] = True,
     seed: Annotated[int | None, typer.Option(help="Input seed (default: fresh).")] = None,
 ) -> None:
@@ -166,7 +167,7 @@ def check(
 
     root = _root(ctx)
     knobs = list(knob or [])
-    fam = paths.load_family(family, root)
+    fam = paths.load_family(family, root, complete=True)
     folder = prepare_idea(family, idea, knobs, root, load=False).folder
     if shapes is not None and shapes not in CHECK_SHAPE_SETS:
         raise LadderError(f"--shapes {shapes!r} is not one of {', '.join(CHECK_SHAPE_SETS)}")
@@ -228,11 +229,13 @@ def _run_check(
 ) -> int:
     from rich.table import Table
 
+    from ladder import contract
     from ladder.check import ShapeCheck, check_shape
     from ladder.prepare import prepare_idea
 
     prepared = prepare_idea(family, folder, knobs, root, defaults=defaults, load=True)
     fam = prepared.family_module
+    cases = contract.idea_cases(fam, prepared.module, f"ideas/{folder}/kernel.py")
     where = "CPU (Triton interpreter)" if device == "cpu" else "GPU"
     out.print(f"check {family}/{folder} on {where}, seed {seed} (repeat with --seed {seed})")
     values = prepared.knob_values()
@@ -245,9 +248,16 @@ def _run_check(
             "fla's baseline is skipped on the CPU interpreter (its kernels are autotuned): "
             "only the absolute tolerances apply, not the error ratio to fla"
         )
+    if strided and getattr(fam, "strided", None) is None:
+        out.print(f"family {family} defines no strided layouts: checking the given layout only")
+        strided = False
     names = tuple(fam.TOLERANCES)
     results: list[ShapeCheck] = []
+    skipped: list[str] = []
     for i, shape in enumerate(shape_list):
+        if contract.shape_case(shape) not in cases:
+            skipped.append(f"{shape.name} ({contract.shape_case(shape)})")
+            continue
         for st in (False, True) if strided else (False,):
             try:
                 res = check_shape(
@@ -286,6 +296,13 @@ def _run_check(
     for res in results:
         for p in res.problems:
             out.print(f"{res.name}: {p}")
+    if skipped:
+        out.print(
+            f"skipped (case not in the idea's CASES = {', '.join(cases)}): {', '.join(skipped)}"
+        )
+    if not results:
+        out.print(f"nothing checked: {folder} implements none of these shapes' cases")
+        return 1
     failed = [r.name for r in results if not r.passed]
     if failed:
         out.print(f"FAILED: {', '.join(failed)}")

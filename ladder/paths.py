@@ -21,6 +21,7 @@ from types import ModuleType
 from ladder import _ideas
 
 __all__ = [
+    "BadFamily",
     "BadIdea",
     "LadderError",
     "NoGpu",
@@ -59,6 +60,10 @@ class UnknownFamily(LadderError):
 
 class UnknownIdea(LadderError):
     """No idea folder matches the reference."""
+
+
+class BadFamily(LadderError):
+    """``family.py`` lacks a protocol attribute or has a malformed one (ladder.contract)."""
 
 
 class BadIdea(LadderError):
@@ -168,14 +173,26 @@ def idea_module_name(family: str, folder: str) -> str:
 _PRIVATE_FAMILIES: dict[Path, ModuleType] = {}
 
 
-def load_family(family: str, root: Path | None = None) -> ModuleType:
-    """Import ``kernels/<family>/family.py`` and return the module.
+def load_family(family: str, root: Path | None = None, *, complete: bool = False) -> ModuleType:
+    """Import ``kernels/<family>/family.py``, check it against the family protocol
+    (:func:`ladder.contract.validate_family`) and return the module.
 
     For this checkout (or a root whose family is not one of this checkout's) the module is
     ``ladder.kernels.<family>.family``. A family of this checkout read from another root is
-    loaded from its file under a private name. Raises UnknownFamily, or BadIdea when the
-    module fails to import.
+    loaded from its file under a private name. ``complete``: require every attribute check
+    and bench use (else only FAMILY, ENTRY_POINTS, TARGET_DEVICE, plus well-formed values for
+    whatever else is defined). Raises UnknownFamily, BadIdea when the module fails to import,
+    or BadFamily naming the attribute that is missing or malformed.
     """
+    from ladder.contract import validate_family
+
+    module = _import_family(family, root)
+    fdir = family_dir(family, root)
+    validate_family(module, fdir / "family.py", family, complete=complete)
+    return module
+
+
+def _import_family(family: str, root: Path | None) -> ModuleType:
     fdir = family_dir(family, root)
     kdir = fdir.parent
     if root is not None and not _is_default(kdir) and (_PACKAGE_DIR / "kernels" / family).is_dir():
@@ -242,6 +259,10 @@ def load_idea(
             f"{'it' if len(missing) == 1 else 'them'} (`python -m ladder new {family} <slug>` "
             f"shows the entry points)"
         )
+    if module == "kernel":
+        from ladder.contract import idea_cases
+
+        idea_cases(fam, mod, f"ideas/{folder}/{module}.py")
     return mod
 
 

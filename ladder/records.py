@@ -13,6 +13,10 @@ records", schema_version 1). Fields beyond docs/DESIGN.md's list:
     shapes[i].fwdbwd {candidate_ms, baseline_ms, ratio}: fwd+bwd through autograd
     shapes[i].rotation_sets  how many input sets the timing rotated through
 
+A shape entry's other keys are the family's shape fields (``shape_fields(shape)``, default
+the shape dataclass's fields: cconv's are name, B, T, D, W, x_dtype, w_dtype): JSON scalars
+or lists of them. A shape whose case the idea does not implement is absent from the record.
+
 ``ratio`` is always baseline median / candidate median (> 1: faster than fla). Keys starting
 with ``_`` (``_path`` on loaded records) are never written.
 """
@@ -55,6 +59,16 @@ SCHEMA_VERSION = 1
 STATUSES = ("passed", "incorrect", "error")
 VERSION_KEYS = ("torch", "triton", "fla", "cutlass", "cuda-python", "python", "kernel_fun")
 OUTPUT_ERR_KEYS = ("candidate_err", "baseline_err", "err_ratio")
+# Keys of a shape entry the bench measures; every other key is a shape field of the family.
+SHAPE_RESULT_KEYS = (
+    "correctness",
+    "fwd",
+    "bwd",
+    "fwdbwd",
+    "rotation_sets",
+    "peak_mem_bytes",
+    "host_us",
+)
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
 _HEX40 = re.compile(r"^[0-9a-f]{40}\Z")
@@ -153,6 +167,25 @@ class _V:
                 raise self.fail(f"{field}.min_bytes", f"expected > 0, got {mb}")
             self.number(t, "fraction_of_copy", f"{field}.fraction_of_copy", positive=True)
 
+    def shape_fields(self, shape: dict, field: str) -> None:
+        """The family's shape fields (every key but the measured ones): JSON scalars or lists
+        of them. Which fields exist is the family's business (cconv: B, T, D, W, dtypes)."""
+        for key, val in shape.items():
+            if key in SHAPE_RESULT_KEYS or key == "name" or key[:1] == "_":
+                continue
+            items = val if isinstance(val, list) else [val]
+            for item in items:
+                if item is not None and not isinstance(item, (str, int, float, bool)):
+                    raise self.fail(
+                        f"{field}.{key}",
+                        f"expected a number, string, bool, null or a list of "
+                        f"them, got {type(val).__name__}",
+                    )
+                if isinstance(item, float) and not math.isfinite(item):
+                    raise self.fail(f"{field}.{key}", f"expected a finite number, got {item!r}")
+        if "case" in shape and not isinstance(shape["case"], str):
+            raise self.fail(f"{field}.case", f"expected a string, got {shape['case']!r}")
+
     def correctness(self, obj: dict, field: str) -> bool:
         c = self.dict_(obj, "correctness", field)
         for key in OUTPUT_ERR_KEYS:
@@ -237,12 +270,7 @@ def validate_record(rec: dict) -> None:
         if name in names:
             raise v.fail(f"{f}.name", f"shape {name!r} appears twice")
         names.add(name)
-        for dim in ("B", "T", "D", "W"):
-            val = v.typed(shape, dim, f"{f}.{dim}", (int,), "an integer")
-            if val < 1:
-                raise v.fail(f"{f}.{dim}", f"expected >= 1, got {val}")
-        v.string(shape, "x_dtype", f"{f}.x_dtype")
-        v.string(shape, "w_dtype", f"{f}.w_dtype")
+        v.shape_fields(shape, f)
         passed = v.correctness(shape, f"{f}.correctness")
         any_failed |= not passed
         for direction in ("fwd", "bwd", "fwdbwd"):

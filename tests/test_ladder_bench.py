@@ -310,10 +310,10 @@ def test_git_state_from_a_repository(tmp_path: Path) -> None:
 
 def test_baseline_is_retuned_at_each_shape_before_it_is_timed(root: Path, monkeypatch) -> None:
     """A family's baseline_retune runs once per timed shape, right before one untimed
-    baseline call at that shape, so the baseline's autotuning sees the shape it is timed at."""
+    baseline call (fam.run on BASELINE) at that shape, so the baseline's autotuning sees the shape it is timed at."""
     fam = paths.load_family("toy", root)
     events: list[object] = []
-    fwd, bwd = fam.baseline_fwd, fam.baseline_bwd
+    fwd, bwd = fam.BASELINE.toy_fwd, fam.BASELINE.toy_bwd
 
     def spy_fwd(x, w):
         events.append(("fwd", tuple(x.shape)))
@@ -324,8 +324,8 @@ def test_baseline_is_retuned_at_each_shape_before_it_is_timed(root: Path, monkey
         return bwd(x, w, dy)
 
     monkeypatch.setattr(fam, "baseline_retune", lambda: events.append("retune"), raising=False)
-    monkeypatch.setattr(fam, "baseline_fwd", spy_fwd)
-    monkeypatch.setattr(fam, "baseline_bwd", spy_bwd)
+    monkeypatch.setattr(fam.BASELINE, "toy_fwd", spy_fwd)
+    monkeypatch.setattr(fam.BASELINE, "toy_bwd", spy_bwd)
     rec, _ = bench.run_bench(_opts(root, "1"), runtime=CpuRuntime())
     assert rec["status"] == "passed"
     timed = [(s["B"], s["T"], s["D"]) for s in rec["shapes"]]

@@ -106,7 +106,8 @@ def test_shapes_join_same_code_records_newest_first(root: Path) -> None:
     assert pts["d1024"].fwd_ms == d1024["fwd"]["candidate_ms"]["median"]
     assert pts["d1024"].fla_bwd_ms == d1024["bwd"]["baseline_ms"]["median"]
     assert pts["d1024"].bwd_TBps == pytest.approx(_tbps(d1024["bwd"], "candidate_ms"))
-    assert (pts["w3"].W, pts["b4"].B, pts["b4"].T) == (3, 4, 2048)
+    assert (pts["w3"].fields["W"], pts["b4"].fields["B"], pts["b4"].fields["T"]) == (3, 4, 2048)
+    assert "correctness" not in pts["w3"].fields and "name" not in pts["w3"].fields
     # Each point carries the copy ceiling of the record it came from.
     assert pts["prod"].copy_ceiling_TBps == best["copy_ceiling_TBps"] == 4.0
     assert pts["w3"].copy_ceiling_TBps == sweep["copy_ceiling_TBps"] == 5.0

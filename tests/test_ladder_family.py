@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ladder.check import rel_err, strided_inputs
+from ladder.check import rel_err
 from ladder.kernels.cconv import family
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,7 +55,7 @@ def test_reference_tap_convention_last_tap_is_the_current_row() -> None:
 def test_reference_handles_strides_and_low_precision() -> None:
     shape = family.Shape("t", 2, 33, 24, 4)
     x, w, dy = family.make_inputs(shape, "cpu", seed=5)
-    xs, _, dys = strided_inputs(x, w, dy)
+    xs, _, dys = family.strided((x, w, dy))
     assert not xs.is_contiguous() and not dys.is_contiguous()
     for a, b in zip(family.reference(x, w, dy), family.reference(xs, w, dys), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)

@@ -79,7 +79,9 @@ def _mutate(rec: dict, dotted: str, value=None, delete: bool = False) -> dict:
         ("shapes[1].fwdbwd", None, True, "shapes[1].fwdbwd: missing"),
         ("shapes[0].correctness.passed", False, False, "shapes[0].correctness.passed: false"),
         ("shapes[1].correctness.err_ratio.y", "big", False, "shapes[1].correctness.err_ratio.y"),
-        ("shapes[0].W", 0, False, "shapes[0].W: expected >= 1"),
+        ("shapes[0].W", {"taps": 4}, False, "shapes[0].W: expected a number, string, bool"),
+        ("shapes[0].seqlens", [1, [2]], False, "shapes[0].seqlens: expected a number"),
+        ("shapes[0].case", 3, False, "shapes[0].case: expected a string"),
         ("record_id", "run-1", False, "record_id: malformed"),
         # a trailing newline is not part of a well-formed value
         ("idea", "001-fast\n", False, "idea: malformed"),
@@ -95,6 +97,32 @@ def test_validation_names_the_field(field, value, delete, message) -> None:
     text = str(err.value)
     assert message in text
     assert "\n" not in text
+
+
+def test_shape_fields_are_the_familys_own() -> None:
+    """A record's shapes carry whatever fields the family's shape_fields gives: no B/T/D/W
+    needed, lists (varlen sequence lengths) allowed."""
+    rec = _rec()
+    for s in rec["shapes"]:
+        for key in ("B", "T", "D", "W", "x_dtype", "w_dtype"):
+            del s[key]
+        s.update({"H": 4, "K": 128, "case": "varlen", "seqlens": [5, 11], "gate": None})
+    records.validate_record(rec)
+
+
+def test_committed_cconv_records_still_validate_and_keep_their_fields() -> None:
+    from ladder import paths
+
+    recs = records.load_records("cconv")
+    assert recs, "cconv has committed records"
+    fam = paths.load_family("cconv", complete=True)
+    from ladder.contract import shape_fields
+
+    want = set(shape_fields(fam, fam.SHAPES["prod"][0]))
+    assert want == {"name", "B", "T", "D", "W", "x_dtype", "w_dtype"}
+    for rec in recs:
+        for s in rec["shapes"]:
+            assert want <= set(s)
 
 
 def test_incorrect_and_error_records_carry_no_timing() -> None:

@@ -13,17 +13,25 @@ Entry points every idea's ``kernel.py`` exports:
 x, dy: [B, T, D] bfloat16/float16, any strides; w: [D, W] any float dtype, W <= 4.
 y, dx: [B, T, D] contiguous in x's dtype; dw: [D, W] in w's dtype.
 
-Importable without a GPU; fla is imported only inside the baseline functions.
+The ladder reaches all of this through the family protocol (docs/DESIGN.md "The family
+contract"): inputs are (x, w, dy), the outputs in TOLERANCES order are (y, dx, dw), and
+``run`` / ``timed`` call an idea's pair. Importable without a GPU; fla is imported only
+inside the baseline functions.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
 
 import torch
 
 __all__ = [
+    "BASELINE",
     "ENTRY_POINTS",
     "ENTRY_POINT_ARGS",
     "ERR_RATIO_MAX",
@@ -40,9 +48,15 @@ __all__ = [
     "baseline_bwd",
     "baseline_fwd",
     "baseline_retune",
+    "contract_problems",
     "make_inputs",
     "min_bytes",
     "reference",
+    "run",
+    "run_pair",
+    "strided",
+    "timed",
+    "timed_pair",
 ]
 
 FAMILY = "cconv"
@@ -307,3 +321,87 @@ def min_bytes(shape: Shape, direction: str) -> int:
     if direction == "bwd":
         return 3 * n * xs + 2 * nw * ws
     raise ValueError(f"direction must be 'fwd' or 'bwd', got {direction!r}")
+
+
+# fla's kernels under the entry point names; ideas/000-fla delegates to them.
+BASELINE = SimpleNamespace(cconv_fwd=baseline_fwd, cconv_bwd=baseline_bwd)
+
+Inputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+Poison = Callable[[list[tuple[tuple[int, ...], torch.dtype]]], None]
+
+
+def run_pair(fwd: Callable, bwd: Callable, inputs: Inputs, poison: Poison) -> tuple:
+    """The correctness call of an (x, w) -> y, (x, w, dy) -> (dx, dw) pair: poison y's size,
+    y = fwd(x, w), poison dx's and dw's sizes, dx, dw = bwd(x, w, dy). Returns (y, dx, dw)."""
+    x, w, dy = inputs
+    poison([(tuple(x.shape), x.dtype)])
+    y = fwd(x, w)
+    poison([(tuple(x.shape), x.dtype), (tuple(w.shape), w.dtype)])
+    dx, dw = bwd(x, w, dy)
+    return y, dx, dw
+
+
+def run(impl: Any, inputs: Inputs, poison: Poison) -> tuple:
+    """Protocol ``run``: impl's cconv_fwd then cconv_bwd once; returns (y, dx, dw)."""
+    return run_pair(impl.cconv_fwd, impl.cconv_bwd, inputs, poison)
+
+
+def timed_pair(
+    fwd: Callable, bwd: Callable, apply: Callable, inputs: Inputs
+) -> dict[str, Callable[[], object]]:
+    """Zero-argument callables {"fwd", "bwd", "fwdbwd"} for a pair: fwd(x, w), bwd(x, w, dy),
+    and y = apply(x, w) on leaves requiring grad followed by torch.autograd.grad(y, (x, w),
+    dy). The leaves are made here, outside the timed calls."""
+    x, w, dy = inputs
+    xl, wl = x.detach().requires_grad_(True), w.detach().requires_grad_(True)
+
+    def fwdbwd() -> object:
+        y = apply(xl, wl)
+        return torch.autograd.grad(y, (xl, wl), dy)
+
+    return {"fwd": lambda: fwd(x, w), "bwd": lambda: bwd(x, w, dy), "fwdbwd": fwdbwd}
+
+
+def timed(impl: Any, inputs: Inputs) -> dict[str, Callable[[], object]]:
+    """Protocol ``timed``: impl's pair; fwd+bwd goes through fla's public autograd function
+    for BASELINE and through :func:`autograd_apply` of the pair for an idea."""
+    fwd, bwd = impl.cconv_fwd, impl.cconv_bwd
+    if impl is BASELINE:
+        apply = baseline_autograd
+    else:
+
+        def apply(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+            return autograd_apply(fwd, bwd, x, w)
+
+    return timed_pair(fwd, bwd, apply, inputs)
+
+
+def contract_problems(outs: tuple, inputs: Inputs) -> list[str]:
+    """Layout findings: y and dx are [B, T, D] contiguous in x's dtype, dw is w's shape and
+    dtype, all on x's device. One line each; empty when all hold."""
+    x, w, _ = inputs
+    problems = []
+    for name, out, like in zip(TOLERANCES, outs, (x, x, w), strict=True):
+        if tuple(out.shape) != tuple(like.shape) or out.dtype != like.dtype:
+            problems.append(
+                f"{name}: got {tuple(out.shape)} {out.dtype}, want {tuple(like.shape)} {like.dtype}"
+            )
+        elif like is x and not out.is_contiguous():
+            problems.append(f"{name}: not contiguous (strides {tuple(out.stride())})")
+        if out.device != x.device:
+            problems.append(f"{name}: on {out.device}, want {x.device}")
+    return problems
+
+
+def strided(inputs: Inputs) -> Inputs:
+    """Copies of (x, w, dy) with the layouts models pass: x a channel slice of a wider
+    [B, T, 3D] activation (row stride 3D; the rest NaN, so reading outside the slice shows),
+    dy stored time-minor ([B, D, T] transposed)."""
+    x, w, dy = inputs
+    B, T, D = x.shape
+    wide = torch.full((B, T, 3 * D), math.nan, dtype=x.dtype, device=x.device)
+    xs = wide[:, :, D : 2 * D]
+    xs.copy_(x)
+    dys = torch.empty((B, D, T), dtype=dy.dtype, device=dy.device).transpose(1, 2)
+    dys.copy_(dy)
+    return xs, w, dys

@@ -1,0 +1,151 @@
+"""``python -m ladder.profile``: where an idea's time goes, one row per GPU kernel.
+
+For one shape of a family, the idea's directions (the family's ``timed`` hook: fwd, bwd,
+fwdbwd) are each called ``--warmup`` times (compilation and autotuning), then ``--reps`` times
+under ``torch.profiler``; every CUDA kernel's device time is summed by name and divided by
+the repetitions, so a row reads "ms per call of the op". Rows are sorted by time, with each
+kernel's share of the direction and the number of launches per call. The direction's wall
+time per call (CUDA events around the same repetitions, profiler off) is printed beside the
+kernel sum, so launch gaps show as their difference.
+
+Also printed, for kernels tuned by Triton's autotuner in any module the idea imported, the
+configuration each picked for the keys it saw (``--json`` writes everything to a file).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from ladder import paths
+from ladder.paths import LadderError
+from ladder.prepare import prepare_idea
+
+__all__ = ["autotune_picks", "kernel_table", "profile_direction"]
+
+
+def kernel_table(events: Any, reps: int) -> list[dict[str, Any]]:
+    """[{kernel, ms, launches}] per call of the op, from profiler key_averages()."""
+    rows: dict[str, dict[str, float]] = defaultdict(lambda: {"us": 0.0, "n": 0})
+    for ev in events:
+        dev = getattr(ev, "device_type", None)
+        if dev is None or "CUDA" not in str(dev):
+            continue
+        total = getattr(ev, "self_device_time_total", None)
+        if total is None:
+            total = ev.self_cuda_time_total
+        rows[ev.key]["us"] += float(total)
+        rows[ev.key]["n"] += int(ev.count)
+    out = [
+        {"kernel": k, "ms": v["us"] / 1e3 / reps, "launches": v["n"] / reps}
+        for k, v in rows.items()
+        if v["us"] > 0
+    ]
+    return sorted(out, key=lambda r: -r["ms"])
+
+
+def profile_direction(fn: Any, *, warmup: int, reps: int) -> dict[str, Any]:
+    """Warm ``fn`` up, time ``reps`` calls with CUDA events, then profile ``reps`` calls."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    wall = start.elapsed_time(end) / reps
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    table = kernel_table(prof.key_averages(), reps)
+    return {"wall_ms": wall, "kernel_ms": sum(r["ms"] for r in table), "kernels": table}
+
+
+def autotune_picks() -> list[dict[str, Any]]:
+    """Every Triton Autotuner reachable from a loaded module, with the configurations it
+    picked: [{module, kernel, key, config}]."""
+    from triton.runtime.autotuner import Autotuner
+
+    out, seen = [], set()
+    for mname, mod in list(sys.modules.items()):
+        for name, obj in list(vars(mod).items()) if mod is not None else []:
+            depth = 0
+            while obj is not None and depth < 8 and not isinstance(obj, Autotuner):
+                obj, depth = getattr(obj, "fn", None), depth + 1
+            if not isinstance(obj, Autotuner) or id(obj) in seen:
+                continue
+            seen.add(id(obj))
+            for key, cfg in obj.cache.items():
+                out.append({"module": mname, "kernel": name, "key": repr(key), "config": str(cfg)})
+    return out
+
+
+app = typer.Typer(add_completion=False, help=__doc__.split("\n")[0])
+
+
+@app.command()
+def main(
+    family: str = typer.Argument(..., help="family name, e.g. kda"),
+    idea: str = typer.Argument(..., help="idea number or folder, e.g. 000"),
+    shape: str = typer.Option("prod", help="a shape name of the family"),
+    directions: str = typer.Option("fwd,bwd", help="comma-separated: fwd, bwd, fwdbwd"),
+    warmup: int = typer.Option(2, min=1),
+    reps: int = typer.Option(5, min=1),
+    seed: int = typer.Option(0),
+    json_out: Path | None = typer.Option(None, "--json", help="write the results here"),
+    top: int = typer.Option(25, help="rows printed per direction"),
+) -> None:
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise LadderError("ladder.profile needs a CUDA GPU")
+        fam = paths.load_family(family)
+        shapes = {s.name: s for group in fam.SHAPES.values() for s in group}
+        if shape not in shapes:
+            raise LadderError(f"family {family} has no shape {shape!r}; one of {sorted(shapes)}")
+        prepared = prepare_idea(family, idea, [], None, load=True)
+        dirs = [d.strip() for d in directions.split(",") if d.strip()]
+        inputs = fam.make_inputs(shapes[shape], torch.device("cuda"), seed)
+        calls = fam.timed(prepared.module, inputs)
+        bad = [d for d in dirs if d not in calls]
+        if bad:
+            raise LadderError(f"unknown direction(s) {bad}; the family times {sorted(calls)}")
+    except LadderError as exc:
+        typer.echo(f"ladder.profile: {exc}", err=True)
+        raise typer.Exit(2) from None
+    result: dict[str, Any] = {
+        "family": family,
+        "idea": prepared.folder,
+        "shape": shape,
+        "device": torch.cuda.get_device_name(),
+        "directions": {},
+    }
+    for d in dirs:
+        res = profile_direction(calls[d], warmup=warmup, reps=reps)
+        result["directions"][d] = res
+        typer.echo(
+            f"\n{family}/{prepared.folder} {shape} {d}: wall {res['wall_ms']:.3f} ms/call, "
+            f"kernels {res['kernel_ms']:.3f} ms/call"
+        )
+        for r in res["kernels"][:top]:
+            share = r["ms"] / res["kernel_ms"] if res["kernel_ms"] else 0.0
+            typer.echo(f"  {r['ms']:8.3f} ms {share:6.1%} x{r['launches']:<5g} {r['kernel'][:90]}")
+    result["autotune"] = autotune_picks()
+    if json_out is not None:
+        json_out.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    app()

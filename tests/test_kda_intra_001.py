@@ -1,0 +1,118 @@
+"""kda/001's backward intra-chunk stage on Triton's CPU interpreter, against the stage's
+definition evaluated in float64 with torch (pairwise exp2 over each chunk, no factorisation).
+
+Runs in a subprocess: TRITON_INTERPRET must be set before triton is imported.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+SCRIPT = textwrap.dedent(
+    r"""
+    import torch, json, sys
+    import ladder  # installs the idea import finder
+    from ladder.kernels.kda.ideas.i001 import intra
+    from fla.ops.utils import prepare_chunk_indices
+
+    def definition(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, bounds, G):
+        # float64, per chunk of 64 of each sequence, every (i, j) pair with j <= i.
+        B, T, H, K = q.shape
+        HV = g.shape[2]
+        f = lambda t: t.to(torch.float64).reshape(B * T, *t.shape[2:])
+        q, k = f(q).repeat_interleave(G, 1), f(k).repeat_interleave(G, 1)
+        g, beta, dAqk, dAkk = f(g), f(beta), f(dAqk), f(dAkk)
+        dq, dk, db, dg = (f(t).clone() for t in (dq, dk, db, dg))
+        for s, e in bounds:
+            for c in range(s, e, 64):
+                r = slice(c, min(c + 64, e))
+                n = r.stop - r.start
+                gc, qc, kc, bc = g[r], q[r], k[r], beta[r]
+                aq, ak = dAqk[r, :, :n], dAkk[r, :, :n]            # [i, HV, j]
+                low = torch.tril(torch.ones(n, n, dtype=torch.bool))
+                x = gc[:, None] - gc[None, :]                        # [i, j, HV, K]
+                E = torch.where(low[:, :, None, None], torch.exp2(x.clamp(max=0)), 0.0)
+                aqm = torch.where(low[:, :, None], aq.permute(0, 2, 1), 0.0)[..., None]
+                akm = torch.where(low[:, :, None], ak.permute(0, 2, 1), 0.0)[..., None]
+                Pq = (aqm * kc[None] * E).sum(1)
+                Pk = (akm * kc[None] * E).sum(1)
+                dkt = ((aqm * qc[:, None] + akm * (bc[..., None] * kc)[:, None]) * E).sum(0)
+                db[r] += (Pk * kc).sum(-1)
+                dg[r] += qc * Pq + (bc[..., None] * Pk - dkt) * kc
+                dq[r] += Pq
+                dk[r] += bc[..., None] * Pk + dkt
+        return [t.reshape(B, T, *t.shape[1:]) for t in (dq, dk, db, dg)]
+
+    out = {}
+    cases = [
+        ("dense-deep", 2, 100, 2, 2, None, 12.0),
+        ("gva-varlen", 1, 150, 1, 2, [0, 1, 65, 67, 130, 150], 0.5),
+    ]
+    for name, B, T, H, HV, cu, depth in cases:
+        torch.manual_seed(0)
+        K = 32
+        q = torch.randn(B, T, H, K).to(torch.bfloat16)
+        k = torch.randn(B, T, H, K).to(torch.bfloat16)
+        # log2-space cumulative gate per chunk of each sequence: steps of -depth on average
+        # (hundreds below zero over 16 tokens for the deep case)
+        step = -depth * torch.rand(B, T, HV, K)
+        bounds = [(b * T, b * T + T) for b in range(B)] if cu is None else list(zip(cu[:-1], cu[1:]))
+        flat = step.reshape(B * T, HV, K)
+        g = torch.empty_like(flat)
+        for s, e in bounds:
+            for c in range(s, e, 64):
+                r = slice(c, min(c + 64, e))
+                g[r] = flat[r].cumsum(0)
+        g = g.reshape(B, T, HV, K)
+        beta = torch.rand(B, T, HV).to(torch.bfloat16)
+        dAqk = torch.randn(B, T, HV, 64).tril_(0) * 0.1
+        dAkk = torch.randn(B, T, HV, 64) * 0.1
+        for s, e in bounds:  # strictly lower within each chunk, as the WY stage leaves it
+            for c in range(s, e, 64):
+                n = min(c + 64, e) - c
+                blk = dAkk.view(B * T, HV, 64)[c : c + n, :, :n]
+                blk.mul_(torch.tril(torch.ones(n, n), -1)[:, None, :])
+                qblk = dAqk.view(B * T, HV, 64)[c : c + n, :, :n]
+                qblk.mul_(torch.tril(torch.ones(n, n))[:, None, :])
+                dAqk.view(B * T, HV, 64)[c : c + n, :, n:] = 0
+                dAkk.view(B * T, HV, 64)[c : c + n, :, n:] = 0
+        dq, dk, dg = (torch.randn(B, T, HV, K) for _ in range(3))
+        db = torch.randn(B, T, HV)
+        cut = torch.tensor(cu) if cu is not None else None
+        ci = prepare_chunk_indices(cut, 64) if cu is not None else None
+        got = intra.kda_bwd_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens=cut,
+                                  chunk_indices=ci)
+        want = definition(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, bounds, HV // H)
+        errs = {}
+        for nm, a, b in zip(("dq", "dk", "db", "dg"), got, want):
+            assert bool(torch.isfinite(a).all()), (name, nm)
+            errs[nm] = float((a.double() - b).norm() / b.norm())
+        out[name] = errs
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.mark.slow
+def test_intra_stage_matches_its_definition_in_the_interpreter() -> None:
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": f"{REPO}:{REPO / 'package/src'}"}
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True, text=True,
+        timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    import json
+
+    errs = json.loads(proc.stdout.strip().splitlines()[-1])
+    for case, per in errs.items():
+        for name, err in per.items():
+            # tf32 tensor-core products off the diagonal: ~1e-3 relative at most
+            assert err < 2e-3, (case, name, err)
