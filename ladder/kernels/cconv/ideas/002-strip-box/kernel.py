@@ -62,7 +62,9 @@ MIN_SEG_SMALL = 8  # small calls: the floor when occupancy decides
 X_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 ACTIVATIONS = {None: 0, "silu": 1, "swish": 1}
 
-CASES = ("dense", "bias", "residual", "state", "varlen", "fp32", "decode")
+# The family's cases this idea implements (ladder/kernels/cconv/family.py CASES); the decode
+# step (cconv_update) is outside the ladder's fwd/bwd protocol and tested in the package.
+CASES = ("dense", "bias-residual", "state", "varlen", "fp32")
 
 __all__ = [
     "ACTIVATIONS",
@@ -70,7 +72,9 @@ __all__ = [
     "WMAX",
     "X_DTYPES",
     "cconv_bwd",
+    "cconv_bwd_case",
     "cconv_fwd",
+    "cconv_fwd_case",
     "cconv_update",
     "conv_bwd",
     "conv_fwd",
@@ -1590,3 +1594,20 @@ def cconv_bwd(
     """The family's dense entry point: (dx, dw) of cconv_fwd for dy."""
     dx, dw, _db, _dr, _dh0 = conv_bwd(x, w, dy)
     return dx, dw
+
+
+def cconv_fwd_case(x: torch.Tensor, w: torch.Tensor, opts: dict):
+    """The family's case entry point: conv_fwd with the case's options -> (y, final_state)."""
+    return conv_fwd(
+        x, w, opts["bias"], opts["residual"], opts["initial_state"],
+        bool(opts["output_final_state"]), opts["activation"], opts["cu_seqlens"],
+    )  # fmt: skip
+
+
+def cconv_bwd_case(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, opts: dict):
+    """The family's case entry point: conv_bwd -> (dx, dw, db, dh0)."""
+    dx, dw, db, _dr, dh0 = conv_bwd(
+        x, w, dy, opts["bias"], opts["residual"], opts["initial_state"], opts["dht"],
+        opts["activation"], opts["cu_seqlens"],
+    )  # fmt: skip
+    return dx, dw, db, dh0
