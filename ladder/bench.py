@@ -93,15 +93,25 @@ def covered_shapes(family: ModuleType, idea: Any, shapes: list[Any]) -> list[Any
 
 
 def select_shapes(family: ModuleType, which: str, allowed: tuple[str, ...]) -> list[Any]:
-    """The family's shapes for ``which`` ("all" = prod + sweep). Raises LadderError for a
-    name not in ``allowed`` or not defined by the family."""
-    if which not in allowed:
-        raise LadderError(f"--shapes {which!r} is not one of {', '.join(allowed)}")
-    if which == "all":
+    """The family's shapes for ``which``: a set name in ``allowed`` ("all" = prod + sweep), or
+    comma-separated shape names of the family (e.g. "v128,gva", to bench a few shapes per
+    run when each needs minutes of compilation). Raises LadderError for an unknown name."""
+    if which == "all" and "all" in allowed:
         return [*family.SHAPES.get("prod", []), *family.SHAPES.get("sweep", [])]
-    if which not in family.SHAPES:
-        raise LadderError(f"family {family.FAMILY} defines no {which!r} shapes")
-    return list(family.SHAPES[which])
+    if which in allowed:
+        if which not in family.SHAPES:
+            raise LadderError(f"family {family.FAMILY} defines no {which!r} shapes")
+        return list(family.SHAPES[which])
+    by_name = {s.name: s for group in family.SHAPES.values() for s in group}
+    names = [n.strip() for n in which.split(",") if n.strip()]
+    unknown = [n for n in names if n not in by_name]
+    if not names or unknown:
+        raise LadderError(
+            f"--shapes {which!r}: {', '.join(unknown) or 'no name'} is neither a shape set "
+            f"({', '.join(allowed)}) nor a shape of family {family.FAMILY} "
+            f"({', '.join(sorted(by_name))})"
+        )
+    return [by_name[n] for n in names]
 
 
 # ------------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ fla is imported only inside the baseline.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 import torch
@@ -126,7 +126,6 @@ class Shape:
     g_mean: float = 0.0
     beta_mean: float = 0.0
     dtype: str = "bfloat16"
-    extra: dict = field(default_factory=dict, compare=False, hash=False)
 
 
 def _mixed_lengths(total: int, longest: int, seed: int = 7) -> tuple[int, ...]:
@@ -161,13 +160,31 @@ SHAPES: dict[str, list[Shape]] = {
         # Adversarial: gates of tens of nat per token (hundreds per 16 tokens), beta near 1,
         # T not a multiple of 64, with state in and out.
         Shape(
-            "deep-gate", 4, 4000, 16, 16, 128, 256, case="state", state=True,
-            g_mean=3.0, beta_mean=6.0,
+            "deep-gate",
+            4,
+            4000,
+            16,
+            16,
+            128,
+            256,
+            case="state",
+            state=True,
+            g_mean=3.0,
+            beta_mean=6.0,
         ),
         # beta near its upper bound 2.
         Shape(
-            "neg-eigval", 4, 4000, 16, 16, 128, 256, case="neg_eigval", allow_neg_eigval=True,
-            g_mean=1.0, beta_mean=6.0,
+            "neg-eigval",
+            4,
+            4000,
+            16,
+            16,
+            128,
+            256,
+            case="neg_eigval",
+            allow_neg_eigval=True,
+            g_mean=1.0,
+            beta_mean=6.0,
         ),
     ],  # fmt: skip
     "small": [
@@ -365,9 +382,7 @@ class _Function(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, do, dht):  # type: ignore[override]
-        dq, dk, dv, dg, db, dA, dbias, dh0 = getattr(ctx.impl, ENTRY_POINTS[1])(
-            ctx.kctx, do, dht
-        )
+        dq, dk, dv, dg, db, dA, dbias, dh0 = getattr(ctx.impl, ENTRY_POINTS[1])(ctx.kctx, do, dht)
         return None, dq, dk, dv, dg, db, dA, dbias, dh0, None, None, None
 
 

@@ -91,7 +91,9 @@ def kda_bwd_intra_kernel(
         for i_j in range(0, i_i):
             cols = i_t * BT + i_j * BC + o_i
             b_kj = tl.load(k + cols[:, None] * (H * K) + o_k[None, :], mask=m_k[None, :], other=0.0)
-            b_gj = tl.load(g + cols[:, None] * (HV * K) + o_k[None, :], mask=m_k[None, :], other=0.0)
+            b_gj = tl.load(
+                g + cols[:, None] * (HV * K) + o_k[None, :], mask=m_k[None, :], other=0.0
+            )
             b_kg = b_kj.to(tl.float32) * tl.exp2(b_gn[None, :] - b_gj)
             p_a = rows[:, None] * (HV * BT) + (i_j * BC + o_i)[None, :]
             b_aq = tl.load(dAqk + p_a, mask=m_r[:, None], other=0.0)

@@ -12,7 +12,6 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import torch
-
 from ladder.kernels.kda.ideas.i001 import intra
 
 __all__ = ["CASES", "kda_bwd", "kda_fwd"]
@@ -101,7 +100,5 @@ def kda_bwd(ctx, do, dht):
         dg, dA, dbias = kda_gate_bwd(g=g_in, A_log=A_log, dt_bias=dt_bias, dyg=dg, lower_bound=lb)
         dq = l2norm_bwd(q, q_rstd, dq)
         dk = l2norm_bwd(k, k_rstd, dk)
-        db = fused_beta_sigmoid_bwd(
-            x=beta_raw, dy=db, scale=2.0 if ctx.allow_neg_eigval else 1.0
-        )
+        db = fused_beta_sigmoid_bwd(x=beta_raw, dy=db, scale=2.0 if ctx.allow_neg_eigval else 1.0)
     return (dq.to(q), dk.to(k), dv.to(v), dg.to(g_in), db.to(beta_raw), dA, dbias, dh0)
