@@ -414,3 +414,20 @@ def test_decode_step_through_the_dispatch(routed):
     assert c is cache and y.shape == x.shape
     assert rel_err(y.view(3, 24), want_y) < TOL[torch.bfloat16]
     assert torch.equal(cache.double(), want_cache.bfloat16().double())
+
+
+def test_the_dense_case_takes_the_short_path_on_the_002_kernels(routed, box):
+    """bf16 x, silu, no optional argument: the two-tensor Function, on 002's dense entry
+    points once they are vendored."""
+    from kernel_fun.cconv import causal_conv1d
+
+    x = torch.randn(2, 21, 24).bfloat16().requires_grad_()
+    w = torch.randn(24, 3).requires_grad_()
+    y, final = causal_conv1d(x, w, activation="silu")
+    assert final is None and type(y.grad_fn).__name__ == "_CausalConv1dSiluBackward"
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    ref = conv_reference(x, w, dy)
+    assert rel_err(y, ref["y"]) < TOL[torch.bfloat16]
+    assert rel_err(x.grad, ref["dx"]) < TOL[torch.bfloat16]
+    assert rel_err(w.grad, ref["dw"]) < 1e-5

@@ -17,9 +17,6 @@ from cconv_reference import conv_reference, rel_err, update_reference
 
 pytestmark = pytest.mark.gpu
 
-if not torch.cuda.is_available():
-    pytest.skip("needs a CUDA GPU", allow_module_level=True)
-
 fla_ops = pytest.importorskip("fla.modules.causal_conv1d.ops")
 
 from kernel_fun._common import support  # noqa: E402
