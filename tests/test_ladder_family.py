@@ -93,7 +93,7 @@ def test_shapes_follow_the_contract() -> None:
     } <= sweep
     assert {(16, 1000, 2048, 4), (16, 8192, 2048, 2), (16, 8192, 2048, 3)} <= sweep
     small = family.SHAPES["small"]
-    assert {s.x_dtype for s in small} == {"float16", "bfloat16"}
+    assert {s.x_dtype for s in small} >= {"float16", "bfloat16"}
     assert {s.W for s in small} >= {2, 3, 4}
     names = [s.name for v in family.SHAPES.values() for s in v]
     assert len(names) == len(set(names))

@@ -47,15 +47,7 @@ def test_signature_matches_fla_exactly():
 @pytest.mark.parametrize(
     "kwargs, needle",
     [
-        ({"bias": torch.zeros(16)}, "bias"),
-        ({"residual": torch.zeros(2, 8, 16)}, "residual"),
-        ({"initial_state": torch.zeros(2, 16, 4)}, "initial_state"),
-        ({"output_final_state": True}, "output_final_state"),
-        ({"cu_seqlens": torch.tensor([0, 8])}, "cu_seqlens"),
-        ({"cu_seqlens_cpu": torch.tensor([0, 8])}, "cu_seqlens_cpu"),
-        ({"chunk_indices": torch.zeros(1, 2)}, "chunk_indices"),
         ({"cp_context": object()}, "cp_context"),
-        ({"activation": None}, "activation"),
         ({"activation": "gelu"}, "activation"),
         ({"backend": "cuda"}, "backend"),
         ({"backend": "mix"}, "backend"),
@@ -68,6 +60,8 @@ def test_signature_matches_fla_exactly():
     ],
 )
 def test_each_unsupported_flag_has_its_reason(kwargs, needle):
+    """Flags refused before the device is looked at (the case flags of the supported box are
+    checked in test_cconv_box_cpu.py, with the device gate passed)."""
     x, w = _inputs()
     args = {"activation": "silu", **kwargs}
     ok, reason = is_supported(x, w, **args)
@@ -78,7 +72,7 @@ def test_each_unsupported_flag_has_its_reason(kwargs, needle):
 @pytest.mark.parametrize(
     "make, needle",
     [
-        (lambda: (torch.randn(2, 8, 16), torch.randn(16, 4)), "dtype"),  # fp32 x
+        (lambda: (torch.randn(2, 8, 16).double(), torch.randn(16, 4)), "dtype"),  # fp64 x
         (lambda: (torch.randn(8, 16).bfloat16(), torch.randn(16, 4)), "[B, T, D]"),
         (lambda: (torch.randn(2, 8, 16).bfloat16(), torch.randn(16, 5)), "W=5"),
         (lambda: (torch.randn(2, 8, 16).bfloat16(), torch.randn(12, 4)), "[D, W]"),
@@ -161,6 +155,37 @@ def test_fallback_forwards_every_argument(monkeypatch):
     assert seen["activation"] == "swish" and seen["backend"] == "mix"
     assert seen["output_final_state"] is True and seen["seq_idx"] == 7
     assert set(seen) == set(ops.FLA_PARAMETERS) - {"kwargs"} | {"seq_idx"}
+
+
+def test_every_fla_update_parameter_is_classified():
+    """causal_conv1d_update mirrors fla's signature: names, order, kinds and defaults."""
+    from kernel_fun.cconv import causal_conv1d_update
+
+    theirs = inspect.signature(fla_ops.causal_conv1d_update).parameters
+    ours = inspect.signature(causal_conv1d_update).parameters
+    assert list(theirs) == list(ours) == list(ops.FLA_UPDATE_PARAMETERS)
+    for name, p in theirs.items():
+        assert ours[name].kind == p.kind and ours[name].default == p.default, name
+
+
+def test_update_cpu_call_goes_to_fla_verbatim(monkeypatch):
+    """On CPU tensors the decode step is fla's call with every argument by name."""
+    from kernel_fun.cconv import causal_conv1d_update
+
+    seen = {}
+
+    def fake_fla(**kw):
+        seen.update(kw)
+        return "y", kw["cache"]
+
+    monkeypatch.setattr(
+        ops.compat, "fla_original", lambda key: {"causal_conv1d_update": fake_fla}[key]
+    )
+    x, cache, w = torch.randn(3, 16), torch.randn(3, 16, 4), torch.randn(16, 4)
+    out = causal_conv1d_update(x, cache, None, w, None, "silu")
+    assert out == ("y", cache)
+    assert seen == {"x": x, "cache": cache, "residual": None, "weight": w, "bias": None,
+                    "activation": "silu"}  # fmt: skip
 
 
 def test_warmup_without_gpu_does_nothing():

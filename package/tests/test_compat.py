@@ -427,6 +427,7 @@ def test_probe_passes_against_fla_core_0_5_2(fla_0_5_2):
         "causal_conv1d": "fla.modules.conv.causal_conv1d",
         "causal_conv1d_fwd": "fla.modules.conv.triton.ops",
         "causal_conv1d_bwd": "fla.modules.conv.triton.ops",
+        "causal_conv1d_update": "fla.modules.conv.triton.ops",
         "CausalConv1dFunction": "fla.modules.conv.triton.ops",
         "ShortConvolution": "fla.modules.conv.short_conv",
         "convolution.causal_conv1d": "fla.modules.convolution",

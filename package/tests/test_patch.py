@@ -39,6 +39,8 @@ from kernel_fun._patch import (  # noqa: E402
 
 ORIGINAL = fla_ops.causal_conv1d
 REPLACEMENT = kernel_fun.cconv.causal_conv1d
+UPDATE_ORIGINAL = fla_ops.causal_conv1d_update
+UPDATE_REPLACEMENT = kernel_fun.cconv.causal_conv1d_update
 # The places fla 0.6.0 resolves causal_conv1d through; the patch must cover at least these.
 REQUIRED = (
     "fla.modules.causal_conv1d.ops.causal_conv1d",
@@ -66,15 +68,25 @@ def _clean_state():
     assert not is_patched("cconv")
     before = _holders(ORIGINAL)
     assert set(REQUIRED) <= before, "fla 0.6.0 layout expected by these tests"
+    update_before = _holders(UPDATE_ORIGINAL)
+    assert "fla.modules.causal_conv1d.ops.causal_conv1d_update" in update_before
     yield before
     unpatch_fla()
     assert _holders(REPLACEMENT) == set()
+    assert _holders(UPDATE_REPLACEMENT) == set()
+    assert _holders(UPDATE_ORIGINAL) == update_before
+
+
+def _all_sites(before) -> set[str]:
+    """The sites family cconv swaps: fla's causal_conv1d's and causal_conv1d_update's."""
+    return before | _holders(UPDATE_ORIGINAL) | _holders(UPDATE_REPLACEMENT)
 
 
 def test_patch_swaps_every_holder_and_unpatch_restores_identity(_clean_state):
     before = _clean_state
+    every = _all_sites(before)
     result = patch_fla()
-    assert set(result["cconv"]) == before
+    assert set(result["cconv"]) == every
     assert set(REQUIRED) <= set(result["cconv"])
     assert _holders(REPLACEMENT) == before  # every former holder now holds ours ...
     assert _holders(ORIGINAL) == set()  # ... and no fla attribute still holds fla's
@@ -82,10 +94,14 @@ def test_patch_swaps_every_holder_and_unpatch_restores_identity(_clean_state):
     assert fla.modules.convolution.causal_conv1d is REPLACEMENT
     # ShortConvolution.forward reads this very dict when it runs
     assert fla_ops.ShortConvolution.forward.__globals__["causal_conv1d"] is REPLACEMENT
-    assert is_patched("cconv") and set(patched_sites("cconv")) == before
+    assert is_patched("cconv") and set(patched_sites("cconv")) == every
+    # ShortConvolution.step reads the decode step from the same dict
+    assert fla_ops.ShortConvolution.step.__globals__["causal_conv1d_update"] is UPDATE_REPLACEMENT
+    assert _holders(UPDATE_ORIGINAL) == set()
 
     restored = unpatch_fla()
-    assert set(restored["cconv"]) == before
+    assert set(restored["cconv"]) == every
+    assert fla_ops.causal_conv1d_update is UPDATE_ORIGINAL
     assert _holders(ORIGINAL) == before
     assert fla_ops.causal_conv1d is ORIGINAL
     assert fla_ops.ShortConvolution.forward.__globals__["causal_conv1d"] is ORIGINAL
@@ -116,7 +132,7 @@ def _state() -> dict[str, object]:
 def test_context_manager_restores_on_exception(_clean_state):
     with pytest.raises(RuntimeError, match="inside the block"):
         with patched_fla() as sites:
-            assert set(sites["cconv"]) == _clean_state
+            assert set(sites["cconv"]) == _all_sites(_clean_state)
             assert fla_ops.causal_conv1d is REPLACEMENT
             raise RuntimeError("inside the block")
     assert not is_patched("cconv")
@@ -251,6 +267,7 @@ def test_patch_is_logged_at_info(_clean_state, caplog):
         unpatch_fla()
     text = "\n".join(r.getMessage() for r in caplog.records if r.name == "kernel_fun._patch")
     assert f"patched fla {fla.__version__} causal_conv1d" in text
+    assert f"patched fla {fla.__version__} causal_conv1d_update" in text
     for name in REQUIRED:
         assert name in text
     assert "unpatched cconv" in text
@@ -358,3 +375,40 @@ def test_non_name_families_are_a_type_error(_clean_state, bad):
     with pytest.raises(TypeError, match="families must be a family name"):
         patch_fla(bad)
     assert not is_patched("cconv")
+
+
+def test_decode_step_of_short_convolution_goes_through_kernel_fun(_clean_state, monkeypatch):
+    """While patched, ShortConvolution's one-token step calls kernel_fun's
+    causal_conv1d_update, which (here on a CPU) hands the call to fla's original verbatim."""
+    from kernel_fun.cconv import ops
+
+    calls = []
+
+    def fla_update(**kw):
+        calls.append(kw)
+        return kw["x"] * 2, kw["cache"]
+
+    monkeypatch.setattr(
+        ops.compat, "fla_original", lambda key: {"causal_conv1d_update": fla_update}[key]
+    )  # noqa: E501
+    conv = fla_ops.ShortConvolution(16, 4, activation="silu")
+    x, cache = torch.randn(2, 1, 16), torch.zeros(2, 16, 4)
+    with patched_fla(), torch.no_grad():
+        y, state = conv(x, cache=cache, output_final_state=True)
+    assert len(calls) == 1 and calls[0]["x"] is x and calls[0]["cache"] is cache
+    assert torch.equal(y, x * 2) and state is cache
+    assert calls[0]["activation"] == "silu"
+
+
+def _step_without_update(self, x, residual, cache, output_final_state=False, cu_seqlens=None):
+    return x, cache
+
+
+def test_a_step_that_no_longer_calls_the_update_is_refused(_clean_state, monkeypatch):
+    monkeypatch.setattr(fla_ops.ShortConvolution, "step", _step_without_update)
+    with pytest.raises(
+        PatchError, match="ShortConvolution.step does not look `causal_conv1d_update` up"
+    ):  # noqa: E501
+        patch_fla()
+    assert not is_patched("cconv")
+    assert _holders(ORIGINAL) == _clean_state and _holders(REPLACEMENT) == set()

@@ -22,6 +22,7 @@ def _clean(monkeypatch):
         "KERNEL_FUN_FALLBACK",
         "KERNEL_FUN_CCONV_MIN_CTAS",
         "KERNEL_FUN_KDA_MIN_CTAS",
+        "KERNEL_FUN_ALLOW_ARCH",
     ):
         monkeypatch.delenv(name, raising=False)
     support._reset_for_tests()
@@ -197,11 +198,31 @@ def test_triton_gate_order_disabled_then_device_then_arch(monkeypatch):
     assert "sm80" in reason and "sm90" in reason
 
 
-def test_triton_gate_passes_on_hopper_and_honours_min_major(monkeypatch):
+def test_triton_gate_passes_on_hopper_and_honours_the_allow_list(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i: (9, 0))
     assert support.triton_unsupported_reason(_fake_cuda_tensor(), "cconv") is None
-    reason = support.triton_unsupported_reason(_fake_cuda_tensor(), "cconv", min_major=10)
+    reason = support.triton_unsupported_reason(
+        _fake_cuda_tensor(), "cconv", archs=frozenset({(10, 0)})
+    )
     assert "sm90" in reason and "sm100" in reason
+
+
+@pytest.mark.parametrize("arch", [(10, 0), (10, 3), (12, 0), (8, 9)])
+def test_untested_architectures_go_to_fla_unless_opted_in(monkeypatch, arch):
+    """Newer is not enough: only architectures the GPU tests passed on run our kernels, and
+    KERNEL_FUN_ALLOW_ARCH=1 (read per call) opts the others in."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i: arch)
+    reason = support.triton_unsupported_reason(_fake_cuda_tensor(), "cconv")
+    assert f"sm{arch[0]}{arch[1]}" in reason and "KERNEL_FUN_ALLOW_ARCH=1" in reason
+    monkeypatch.setenv("KERNEL_FUN_ALLOW_ARCH", "1")
+    assert support.triton_unsupported_reason(_fake_cuda_tensor(), "cconv") is None
+    monkeypatch.setenv("KERNEL_FUN_ALLOW_ARCH", "0")
+    assert support.triton_unsupported_reason(_fake_cuda_tensor(), "cconv") is not None
+
+
+def test_the_allow_list_holds_only_architectures_the_tests_ran_on():
+    """The recorded list is Hopper's sm90 (the H200 GPU tests); a new entry needs a GPU run."""
+    assert frozenset({(9, 0)}) == support.TESTED_ARCHS
 
 
 def test_triton_gate_uses_the_tensors_device(monkeypatch):

@@ -48,6 +48,10 @@ __all__ = [
     "baseline_bwd",
     "baseline_fwd",
     "baseline_retune",
+    "CASES",
+    "CASE_ENTRY_POINTS",
+    "CaseShape",
+    "case_lengths",
     "contract_problems",
     "make_inputs",
     "min_bytes",
@@ -140,8 +144,11 @@ def make_inputs(
     """Fresh random inputs (x, w, dy) for ``shape`` on ``device``, drawn from ``seed``.
 
     x, dy: [B, T, D] standard normal in shape.x_dtype (contiguous); w: [D, W] normal with
-    std W**-0.5 in shape.w_dtype. Never zeros.
+    std W**-0.5 in shape.w_dtype. Never zeros. A CaseShape gives (x, w, dy, opts)
+    (case_make_inputs).
     """
+    if isinstance(shape, CaseShape):
+        return case_make_inputs(shape, device, seed)
     dev = torch.device(device)
     gen = torch.Generator(device=dev)
     gen.manual_seed(int(seed))
@@ -155,7 +162,7 @@ def make_inputs(
 
 
 def reference(
-    x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor
+    x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, opts: dict | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The fp64 oracle: (y, dx, dw) in float64 on x's device.
 
@@ -165,6 +172,8 @@ def reference(
     shifted slices keeps memory at a few [B, T, D] float64 tensors (no conv1d im2col).
     Raises ValueError on mismatched shapes.
     """
+    if opts is not None:  # a case beyond dense: see case_reference
+        return case_reference(x, w, dy, opts)
     if x.dim() != 3 or w.dim() != 2 or w.shape[0] != x.shape[2] or dy.shape != x.shape:
         raise ValueError(
             f"reference wants x [B,T,D], w [D,W], dy like x; got {tuple(x.shape)}, "
@@ -312,7 +321,9 @@ def _esize(name: str) -> int:
 def min_bytes(shape: Shape, direction: str) -> int:
     """The fewest HBM bytes a direction must move: fwd reads x and w and writes y; bwd reads
     x, dy and w and writes dx and dw. Element sizes from the shape's dtypes.
-    Raises ValueError for a direction other than "fwd" / "bwd"."""
+    Raises ValueError for a direction other than "fwd" / "bwd". CaseShape: case_min_bytes."""
+    if isinstance(shape, CaseShape):
+        return case_min_bytes(shape, direction)
     n = shape.B * shape.T * shape.D
     xs, ws = _esize(shape.x_dtype), _esize(shape.w_dtype)
     nw = shape.D * shape.W
@@ -342,7 +353,10 @@ def run_pair(fwd: Callable, bwd: Callable, inputs: Inputs, poison: Poison) -> tu
 
 
 def run(impl: Any, inputs: Inputs, poison: Poison) -> tuple:
-    """Protocol ``run``: impl's cconv_fwd then cconv_bwd once; returns (y, dx, dw)."""
+    """Protocol ``run``: impl's cconv_fwd then cconv_bwd once; returns (y, dx, dw).
+    Case inputs (x, w, dy, opts) go through case_run."""
+    if len(inputs) == 4:
+        return case_run(impl, inputs, poison)
     return run_pair(impl.cconv_fwd, impl.cconv_bwd, inputs, poison)
 
 
@@ -364,7 +378,10 @@ def timed_pair(
 
 def timed(impl: Any, inputs: Inputs) -> dict[str, Callable[[], object]]:
     """Protocol ``timed``: impl's pair; fwd+bwd goes through fla's public autograd function
-    for BASELINE and through :func:`autograd_apply` of the pair for an idea."""
+    for BASELINE and through :func:`autograd_apply` of the pair for an idea. Case inputs
+    (x, w, dy, opts) go through case_timed."""
+    if len(inputs) == 4:
+        return case_timed(impl, inputs)
     fwd, bwd = impl.cconv_fwd, impl.cconv_bwd
     if impl is BASELINE:
         apply = baseline_autograd
@@ -378,7 +395,10 @@ def timed(impl: Any, inputs: Inputs) -> dict[str, Callable[[], object]]:
 
 def contract_problems(outs: tuple, inputs: Inputs) -> list[str]:
     """Layout findings: y and dx are [B, T, D] contiguous in x's dtype, dw is w's shape and
-    dtype, all on x's device. One line each; empty when all hold."""
+    dtype, all on x's device. One line each; empty when all hold. Case inputs:
+    case_contract_problems."""
+    if len(inputs) == 4:
+        return case_contract_problems(outs, inputs)
     x, w, _ = inputs
     problems = []
     for name, out, like in zip(TOLERANCES, outs, (x, x, w), strict=True):
@@ -396,7 +416,9 @@ def contract_problems(outs: tuple, inputs: Inputs) -> list[str]:
 def strided(inputs: Inputs) -> Inputs:
     """Copies of (x, w, dy) with the layouts models pass: x a channel slice of a wider
     [B, T, 3D] activation (row stride 3D; the rest NaN, so reading outside the slice shows),
-    dy stored time-minor ([B, D, T] transposed)."""
+    dy stored time-minor ([B, D, T] transposed). Case inputs keep their options."""
+    if len(inputs) == 4:
+        return (*strided(inputs[:3]), inputs[3])
     x, w, dy = inputs
     B, T, D = x.shape
     wide = torch.full((B, T, 3 * D), math.nan, dtype=x.dtype, device=x.device)
@@ -405,3 +427,353 @@ def strided(inputs: Inputs) -> Inputs:
     dys = torch.empty((B, D, T), dtype=dy.dtype, device=dy.device).transpose(1, 2)
     dys.copy_(dy)
     return xs, w, dys
+
+
+# ------------------------------------------------------------------------------------------
+# Cases beyond dense: every argument of fla 0.6.0's causal_conv1d but backend / cp_context
+# ------------------------------------------------------------------------------------------
+#
+# A case shape's inputs are (x, w, dy, opts), opts = {"bias", "residual", "initial_state",
+# "output_final_state", "activation", "cu_seqlens", "dht"} (absent arguments None). An idea
+# that declares a case other than "dense" exports, besides the dense pair,
+#
+#     cconv_fwd_case(x, w, opts) -> (y, final_state or None)
+#     cconv_bwd_case(x, w, dy, opts) -> (dx, dw, db or None, dh0 or None)
+#
+# with fla's layouts (state [N, D, W]; x [1, total, D] with cu_seqlens [N+1]). The outputs
+# keep the family's three names, each folded with the case's extra outputs so that one
+# relative error covers them: "y" = y then the final state, "dx" = dx then dh0, "dw" = dw
+# then db (flattened, concatenated, in that order). dresidual is dy itself in every
+# implementation, so it is not compared. dht's slot 0 is zero in the inputs: fla 0.6.0
+# drops that slot's gradient (the decode step never reads it), so a nonzero slot 0 would
+# measure that omission, not the kernels.
+
+CASES = {
+    "dense": "x bf16/fp16, silu, no optional argument (the production call)",
+    "bias-residual": "bias [D] before the activation, residual [B, T, D] after it (fla's order)",
+    "state": "initial_state [N, D, W] in, final state out, and the gradients of both",
+    "varlen": "packed sequences: x [1, total, D] with cu_seqlens [N+1]",
+    "fp32": "x in float32",
+}
+CASE_ENTRY_POINTS = ("cconv_fwd_case", "cconv_bwd_case")
+VENDOR["modules"]["002-strip-box"] = {"kernel": "strip2"}
+
+
+@dataclass(frozen=True)
+class CaseShape:
+    """A named problem of a case other than dense: x [B, T, D] in x_dtype, w [D, W] in
+    w_dtype, with the optional arguments the case names. varlen: B = 1 and T tokens cut into
+    lengths drawn uniformly from [min_len, max_len] by ``random.Random(seed)`` (the last one
+    cut to fit), see ``case_lengths``."""
+
+    name: str
+    B: int
+    T: int
+    D: int
+    W: int
+    x_dtype: str = "bfloat16"
+    w_dtype: str = "float32"
+    case: str = "dense"
+    activation: str = "silu"
+    bias: bool = False
+    residual: bool = False
+    state: bool = False
+    min_len: int = 0
+    max_len: int = 0
+    seed: int = 0
+
+
+SHAPES["sweep"] += [
+    CaseShape("packed-131072-d2048", 1, 131072, 2048, 4, case="varlen", min_len=1, max_len=8192),
+    CaseShape(
+        "prod-bias-residual", 16, 8192, 2048, 4, case="bias-residual", bias=True, residual=True
+    ),  # noqa: E501
+    CaseShape("prefill-state", 16, 4096, 2048, 4, case="state", state=True),
+    CaseShape("fp32-x", 8, 8192, 2048, 4, "float32", case="fp32"),
+    CaseShape("decode-b1-t1", 1, 1, 2048, 4, case="state", state=True),
+]
+SHAPES["small"] += [
+    CaseShape("s-bias-residual", 2, 37, 40, 4, case="bias-residual", bias=True, residual=True),
+    CaseShape(
+        "s-act-none", 2, 19, 24, 3, "float16", case="bias-residual", activation="none", bias=True
+    ),  # noqa: E501
+    CaseShape("s-state-t2", 3, 2, 24, 4, case="state", state=True),
+    CaseShape("s-state", 2, 45, 40, 3, "float32", case="state", state=True),
+    CaseShape("s-varlen", 1, 60, 24, 4, case="varlen", min_len=1, max_len=12, state=True),
+    CaseShape("s-fp32", 2, 33, 24, 2, "float32", "bfloat16", case="fp32"),
+]
+
+
+def case_lengths(shape: CaseShape) -> list[int]:
+    """The sequence lengths of a varlen shape (deterministic; they sum to shape.T)."""
+    import random
+
+    rng = random.Random(shape.seed)
+    out: list[int] = []
+    left = shape.T
+    while left > 0:
+        n = min(rng.randint(shape.min_len, shape.max_len), left)
+        out.append(n)
+        left -= n
+    return out
+
+
+def _case_activation(shape: CaseShape) -> str | None:
+    return None if shape.activation == "none" else shape.activation
+
+
+def case_make_inputs(shape: CaseShape, device: torch.device | str, seed: int) -> tuple:
+    """(x, w, dy, opts) for a case shape: x, dy, residual standard normal in x_dtype; w normal
+    with std W**-0.5 and bias standard normal in w_dtype; initial state and dht [N, D, W]
+    normal in x_dtype (dht's slot 0 zero, see above); cu_seqlens int32 from case_lengths."""
+    x, w, dy = make_inputs(Shape(shape.name, shape.B, shape.T, shape.D, shape.W,
+                                 shape.x_dtype, shape.w_dtype), device, seed)  # fmt: skip
+    dev = x.device
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(int(seed) + 1)
+    xdt, wdt = x.dtype, w.dtype
+
+    def rnd(*size, dtype):
+        return torch.randn(size, generator=gen, device=dev, dtype=torch.float32).to(dtype)
+
+    cu = None
+    if shape.case == "varlen":
+        lengths = case_lengths(shape)
+        cu = torch.tensor([0, *itertools_accumulate(lengths)], dtype=torch.int32, device=dev)
+    N = shape.B if cu is None else cu.numel() - 1
+    dht = None
+    if shape.state:
+        dht = rnd(N, shape.D, shape.W, dtype=xdt)
+        dht[..., 0] = 0
+    opts = {
+        "bias": rnd(shape.D, dtype=wdt) if shape.bias else None,
+        "residual": rnd(shape.B, shape.T, shape.D, dtype=xdt) if shape.residual else None,
+        "initial_state": rnd(N, shape.D, shape.W, dtype=xdt) if shape.state else None,
+        "output_final_state": shape.state,
+        "activation": _case_activation(shape),
+        "cu_seqlens": cu,
+        "dht": dht,
+    }
+    return x, w, dy, opts
+
+
+def itertools_accumulate(values: list[int]) -> list[int]:
+    """Running sums of ``values``."""
+    import itertools
+
+    return list(itertools.accumulate(values))
+
+
+def _spans(x: torch.Tensor, cu: torch.Tensor | None) -> list[tuple[int, int, int]]:
+    if cu is None:
+        return [(b, 0, x.shape[1]) for b in range(x.shape[0])]
+    c = [int(v) for v in cu.tolist()]
+    return [(0, c[i], c[i + 1]) for i in range(len(c) - 1)]
+
+
+def case_reference(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, opts: dict) -> tuple:
+    """The fp64 oracle of a case: the folded (y, dx, dw) described above, on x's device.
+
+    Per sequence, with xp = [initial state (W rows, zeros without one); x rows]:
+    z[t] = sum_k w[:, k] xp[t + 1 + k] + bias, y = act(z) + residual, final = xp[L:L+W];
+    g = dy act'(z); dxp[t + 1 + k] += w[:, k] g[t] plus dht on xp[L:L+W]; dx = dxp[W:],
+    dh0 = dxp[:W]; dw[:, k] = sum_t g[t] xp[t + 1 + k]; db = sum_t g[t]."""
+    f64 = torch.float64
+    W = w.shape[1]
+    wd = w.to(f64)
+    bias, res, h0 = opts["bias"], opts["residual"], opts["initial_state"]
+    dht, act = opts["dht"], opts["activation"]
+    y = torch.empty(x.shape, dtype=f64, device=x.device)
+    dx = torch.empty(x.shape, dtype=f64, device=x.device)
+    dw = torch.zeros(w.shape, dtype=f64, device=x.device)
+    db = torch.zeros(w.shape[0], dtype=f64, device=x.device)
+    finals, dh0s = [], []
+    for n, (b, s, e) in enumerate(_spans(x, opts["cu_seqlens"])):
+        L = e - s
+        pre = h0[n].T.to(f64) if h0 is not None else x.new_zeros((W, x.shape[2]), dtype=f64)
+        xp = torch.cat([pre, x[b, s:e].to(f64)], 0)
+        z = torch.zeros((L, x.shape[2]), dtype=f64, device=x.device)
+        for k in range(W):
+            z.addcmul_(xp[1 + k : 1 + k + L], wd[:, k])
+        if bias is not None:
+            z += bias.to(f64)
+        if act is None:
+            yv, g = z, dy[b, s:e].to(f64)
+        else:
+            sg = torch.sigmoid(z)
+            yv = z * sg
+            g = dy[b, s:e].to(f64) * sg * (1 + z * (1 - sg))
+            del sg
+        if res is not None:
+            yv = yv + res[b, s:e].to(f64)
+        y[b, s:e] = yv
+        dxp = torch.zeros_like(xp)
+        for k in range(W):
+            dxp[1 + k : 1 + k + L].addcmul_(g, wd[:, k])
+            dw[:, k] += (g * xp[1 + k : 1 + k + L]).sum(0)
+        db += g.sum(0)
+        if dht is not None:
+            dxp[L : L + W] += dht[n].T.to(f64)
+        dx[b, s:e] = dxp[W:]
+        dh0s.append(dxp[:W].T)
+        finals.append(xp[L : L + W].T)
+    y_out = (
+        torch.cat([y.flatten(), torch.stack(finals).flatten()]) if opts["output_final_state"] else y
+    )  # noqa: E501
+    dx_out = torch.cat([dx.flatten(), torch.stack(dh0s).flatten()]) if h0 is not None else dx
+    dw_out = torch.cat([dw.flatten(), db]) if bias is not None else dw
+    return y_out, dx_out, dw_out
+
+
+def _fold(y, final, dx, dw, db, dh0) -> tuple:
+    """(y, dx, dw) folded with the case's extra outputs (module comment above)."""
+    if final is not None:
+        y = torch.cat([y.flatten(), final.flatten()])
+    if dh0 is not None:
+        dx = torch.cat([dx.flatten(), dh0.flatten()])
+    if db is not None:
+        dw = torch.cat([dw.flatten(), db.flatten()])
+    return y, dx, dw
+
+
+def _fla_kwargs(x: torch.Tensor, opts: dict) -> dict:
+    ops = _ops()
+    layout = getattr(ops, "_has_non_standard_layout", None)
+    extra = {"layout_fallback": layout(x=x)} if layout is not None else {}
+    return {"cu_seqlens": opts["cu_seqlens"], "cu_seqlens_cpu": None, "chunk_indices": None,
+            **extra}  # fmt: skip
+
+
+def baseline_fwd_case(x: torch.Tensor, w: torch.Tensor, opts: dict) -> tuple:
+    """fla's forward for a case, called as CausalConv1dFunction.forward calls it:
+    (y, final_state or None)."""
+    with _device_ctx(x):
+        return _ops().causal_conv1d_fwd(
+            x=x, weight=w.contiguous(), bias=opts["bias"], residual=opts["residual"],
+            initial_state=opts["initial_state"], output_final_state=opts["output_final_state"],
+            activation=opts["activation"], **_fla_kwargs(x, opts),
+        )  # fmt: skip
+
+
+def baseline_bwd_case(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, opts: dict) -> tuple:
+    """fla's backward for a case, as CausalConv1dFunction.backward calls it:
+    (dx, dw, db or None, dh0 or None)."""
+    with _device_ctx(x):
+        dx, dw, db, _dr, dh0 = _ops().causal_conv1d_bwd(
+            x=x, dy=dy, dht=opts["dht"], weight=w.contiguous(), bias=opts["bias"],
+            residual=opts["residual"], initial_state=opts["initial_state"],
+            activation=opts["activation"], **_fla_kwargs(x, opts),
+        )  # fmt: skip
+    return dx, dw, db, dh0
+
+
+BASELINE.cconv_fwd_case = baseline_fwd_case
+BASELINE.cconv_bwd_case = baseline_bwd_case
+
+
+def _case_impl(impl: Any) -> tuple[Callable, Callable]:
+    fwd = getattr(impl, "cconv_fwd_case", None)
+    bwd = getattr(impl, "cconv_bwd_case", None)
+    if fwd is None or bwd is None:
+        raise AttributeError(
+            f"{getattr(impl, '__name__', impl)} declares a case beyond dense but lacks "
+            f"{' / '.join(CASE_ENTRY_POINTS)} (see ladder/kernels/cconv/family.py)"
+        )
+    return fwd, bwd
+
+
+def case_run(impl: Any, inputs: tuple, poison: Poison) -> tuple:
+    """``run`` for a case: impl's case pair once; returns the folded (y, dx, dw)."""
+    x, w, dy, opts = inputs
+    fwd, bwd = _case_impl(impl)
+    poison([(tuple(x.shape), x.dtype)])
+    y, final = fwd(x, w, opts)
+    poison([(tuple(x.shape), x.dtype), (tuple(w.shape), w.dtype)])
+    dx, dw, db, dh0 = bwd(x, w, dy, opts)
+    return _fold(y, final, dx, dw, db, dh0)
+
+
+class _CaseFunction(torch.autograd.Function):
+    """Autograd over an idea's case pair: leaves x, w, bias, residual, initial state."""
+
+    @staticmethod
+    def forward(ctx, x, w, bias, res, h0, opts, fwd, bwd):  # type: ignore[override]
+        o = {**opts, "bias": bias, "residual": res, "initial_state": h0}
+        ctx.save_for_backward(x, w)
+        ctx.o, ctx.bwd = o, bwd
+        return fwd(x, w, o)
+
+    @staticmethod
+    def backward(ctx, dy, dht):  # type: ignore[override]
+        x, w = ctx.saved_tensors
+        dx, dw, db, dh0 = ctx.bwd(x, w, dy, {**ctx.o, "dht": dht})
+        dr = dy if ctx.o["residual"] is not None else None
+        return dx, dw, db, dr, dh0, None, None, None
+
+
+def case_timed(impl: Any, inputs: tuple) -> dict[str, Callable[[], object]]:
+    """``timed`` for a case: fwd, bwd (with dht when the case has a final state) and
+    fwd+bwd through autograd (fla's public causal_conv1d for BASELINE)."""
+    x, w, dy, opts = inputs
+    fwd, bwd = _case_impl(impl)
+    names = ("x", "w", "bias", "residual", "initial_state")
+    given = {"x": x, "w": w, **{k: opts[k] for k in names[2:]}}
+    leaves = {k: (v.detach().requires_grad_(True) if v is not None else None)
+              for k, v in given.items()}  # fmt: skip
+    grads_of = [v for v in leaves.values() if v is not None]
+    dht = opts["dht"]
+
+    def fwdbwd() -> object:
+        if impl is BASELINE:
+            from fla.modules.causal_conv1d import causal_conv1d
+
+            y, final = causal_conv1d(
+                leaves["x"], leaves["w"], leaves["bias"], leaves["residual"],
+                leaves["initial_state"], opts["output_final_state"], opts["activation"],
+                cu_seqlens=opts["cu_seqlens"],
+            )  # fmt: skip
+        else:
+            y, final = _CaseFunction.apply(
+                leaves["x"], leaves["w"], leaves["bias"], leaves["residual"],
+                leaves["initial_state"], opts, fwd, bwd,
+            )  # fmt: skip
+        outs, gouts = [y], [dy]
+        if final is not None and dht is not None:
+            outs.append(final)
+            gouts.append(dht)
+        return torch.autograd.grad(outs, grads_of, gouts)
+
+    return {
+        "fwd": lambda: fwd(x, w, opts),
+        "bwd": lambda: bwd(x, w, dy, opts),
+        "fwdbwd": fwdbwd,
+    }
+
+
+def case_min_bytes(shape: CaseShape, direction: str) -> int:
+    """The fewest HBM bytes of a case: fwd reads x (and residual, w, bias, initial state)
+    and writes y (and the final state); bwd reads x, dy (and w, bias, initial state, dht)
+    and writes dx, dw (and db, dh0); dresidual is dy itself."""
+    n = shape.B * shape.T * shape.D
+    xs, ws = _esize(shape.x_dtype), _esize(shape.w_dtype)
+    nw = shape.D * shape.W
+    N = len(case_lengths(shape)) if shape.case == "varlen" else shape.B
+    ns = N * shape.D * shape.W * xs if shape.state else 0
+    nb = shape.D * ws if shape.bias else 0
+    if direction == "fwd":
+        return (3 if shape.residual else 2) * n * xs + nw * ws + nb + 2 * ns
+    if direction == "bwd":
+        return 3 * n * xs + 2 * nw * ws + 2 * nb + 3 * ns
+    raise ValueError(f"direction must be 'fwd' or 'bwd', got {direction!r}")
+
+
+def case_contract_problems(outs: tuple, inputs: tuple) -> list[str]:
+    """Folded outputs on x's device, in x's / w's dtype."""
+    x, w, _dy, opts = inputs
+    problems = []
+    for name, out, like in zip(TOLERANCES, outs, (x, x, w), strict=True):
+        if out.dtype != like.dtype:
+            problems.append(f"{name}: dtype {out.dtype}, want {like.dtype}")
+        if out.device != x.device:
+            problems.append(f"{name}: on {out.device}, want {x.device}")
+    return problems

@@ -13,7 +13,9 @@ model through kernel-fun, while the layers, their parameters and their state dic
         loss = model(batch).loss
         loss.backward()
 
-Family `cconv` replaces fla's `causal_conv1d` with `kernel_fun.cconv.causal_conv1d` at every
+Family `cconv` replaces fla's `causal_conv1d` with `kernel_fun.cconv.causal_conv1d`, and
+fla's decode step `causal_conv1d_update` (what `ShortConvolution.step` calls) with
+`kernel_fun.cconv.causal_conv1d_update`, each at every
 attribute of an imported fla module (`fla` and `fla.*` in sys.modules) that holds fla's
 function object. In fla 0.6.0 that is the defining module `fla.modules.causal_conv1d.ops`
 (the one ShortConvolution.forward reads), the package `fla.modules.causal_conv1d`, the alias
@@ -68,6 +70,8 @@ KNOWN_FAMILIES: tuple[str, ...] = ("cconv",)
 # package supports it must hold the very function ShortConvolution calls.
 _CCONV_PUBLIC_MODULE = "fla.modules.convolution"
 _CCONV_NAME = "causal_conv1d"
+# The decode step ShortConvolution.step calls (one token per sequence, cache in place).
+_CCONV_UPDATE_NAME = "causal_conv1d_update"
 
 _MISSING = object()
 
@@ -102,7 +106,7 @@ class _Patch:
 
 
 _LOCK = threading.RLock()
-_ACTIVE: dict[str, _Patch] = {}
+_ACTIVE: dict[str, list[_Patch]] = {}
 
 
 # ------------------------------------------------------------------------------------------
@@ -304,7 +308,59 @@ def _plan_cconv() -> _Patch:
     return _Patch("cconv", original, replacement, sites)
 
 
-_PLANNERS: dict[str, Callable[[], _Patch]] = {"cconv": _plan_cconv}
+def _plan_cconv_update() -> _Patch:
+    """fla's causal_conv1d_update, where ShortConvolution.step reads it at call time, and
+    every fla attribute holding it; the replacement is kernel_fun.cconv.causal_conv1d_update.
+
+    Refuses with PatchError when ShortConvolution.step is missing or does not look the name
+    up in an fla module when it runs, or when that module lacks it. Replaces nothing."""
+    short_conv = importlib.import_module("fla.modules").ShortConvolution
+    step = getattr(short_conv, "step", None)
+    step = inspect.unwrap(step) if callable(step) else None
+    if getattr(step, "__code__", None) is None:
+        raise _refusal(f"{short_conv.__module__}.ShortConvolution.step is not a function")
+    name = _CCONV_UPDATE_NAME
+    try:
+        home = _call_time_module(step, name)
+    except Exception as exc:
+        raise _refusal(
+            f"the module ShortConvolution.step imports `{name}` from does not load"
+        ) from exc
+    if home is None or not _is_fla_module(home.__name__):
+        raise _refusal(
+            f"{short_conv.__module__}.ShortConvolution.step does not look `{name}` up in an "
+            f"fla module when it runs, so replacing that name would not reach it"
+        )
+    original = _get(home, name)
+    if original is _MISSING or not callable(original):
+        raise _refusal(f"{home.__name__}.{name} is missing")
+    try:
+        from kernel_fun._common import compat
+        from kernel_fun.cconv import causal_conv1d_update as replacement
+    except Exception as exc:
+        raise PatchError(
+            f"cannot patch fla: kernel_fun.cconv does not import ({type(exc).__name__}: {exc})"
+        ) from exc
+    if original is replacement:
+        raise PatchError(
+            f"cannot patch fla: {home.__name__}.{name} is already kernel-fun's, but not "
+            f"through kernel_fun.patch_fla; restore fla's function before patching"
+        )
+    try:
+        compat.remember_original(original, name)
+    except Exception as exc:
+        raise PatchError(
+            f"cannot patch fla: recording fla's original {name} failed ({exc})"
+        ) from exc
+    return _Patch("cconv", original, replacement, _holders(original))
+
+
+def _plan_cconv_all() -> list[_Patch]:
+    """Family cconv replaces two functions: the convolution and its decode step."""
+    return [_plan_cconv(), _plan_cconv_update()]
+
+
+_PLANNERS: dict[str, Callable[[], list[_Patch]]] = {"cconv": _plan_cconv_all}
 
 
 # ------------------------------------------------------------------------------------------
@@ -354,18 +410,19 @@ def patch_fla(families: str | Iterable[str] = ("cconv",)) -> dict[str, tuple[str
     """
     names = _families(families)
     with _LOCK:
-        plans: list[_Patch] = []
+        plans: list[tuple[str, list[_Patch]]] = []
         extensions: list[tuple[_Patch, list[_Site]]] = []
         for name in names:
             active = _ACTIVE.get(name)
             if active is not None:
-                extensions.append((active, _holders(active.original)))
+                extensions.extend((p, _holders(p.original)) for p in active)
             else:
-                plans.append(_PLANNERS[name]())
+                plans.append((name, _PLANNERS[name]()))
         applied: list[tuple[_Patch, list[_Site]]] = []
         try:
-            for p in plans:
-                applied.append((p, _swap(p.sites, p.original, p.replacement)))
+            for _, ps in plans:
+                for p in ps:
+                    applied.append((p, _swap(p.sites, p.original, p.replacement)))
             for p, new_sites in extensions:
                 applied.append((p, _swap(new_sites, p.original, p.replacement)))
         except Exception:
@@ -373,16 +430,21 @@ def patch_fla(families: str | Iterable[str] = ("cconv",)) -> dict[str, tuple[str
                 for site in reversed(done):
                     setattr(site.module, site.attr, p.original)
             raise
-        for p in plans:
-            _ACTIVE[p.family] = p
-            log.info("kernel-fun: patched %s", _describe(p, p.sites))
+        for name, ps in plans:
+            _ACTIVE[name] = ps
+            for p in ps:
+                log.info("kernel-fun: patched %s", _describe(p, p.sites))
         for p, new_sites in extensions:
             if new_sites:
                 p.sites.extend(new_sites)
                 log.info("kernel-fun: patched (newly imported) %s", _describe(p, new_sites))
             else:
                 log.debug("kernel-fun: %s is already patched; nothing to do", p.family)
-        return {name: tuple(s.name for s in _ACTIVE[name].sites) for name in names}
+        return {name: _site_names(_ACTIVE[name]) for name in names}
+
+
+def _site_names(patches: list[_Patch]) -> tuple[str, ...]:
+    return tuple(s.name for p in patches for s in p.sites)
 
 
 def unpatch_fla(families: str | Iterable[str] | None = None) -> dict[str, tuple[str, ...]]:
@@ -398,32 +460,40 @@ def unpatch_fla(families: str | Iterable[str] | None = None) -> dict[str, tuple[
     out: dict[str, tuple[str, ...]] = {}
     with _LOCK:
         for name in names:
-            p = _ACTIVE.pop(name, None)
-            if p is None:
+            patches = _ACTIVE.pop(name, None)
+            if patches is None:
                 continue
             restored: list[str] = []
-            recorded = {(id(s.module), s.attr) for s in p.sites}
-            late = [s for s in _holders(p.replacement) if (id(s.module), s.attr) not in recorded]
-            for site in [*p.sites, *late]:
-                current = _get(site.module, site.attr)
-                if current is p.replacement:
-                    setattr(site.module, site.attr, p.original)
-                    restored.append(site.name)
-                else:
-                    log.warning(
-                        "kernel-fun: %s no longer holds kernel-fun's %s (reassigned while "
-                        "patched); left as it is",
-                        site.name,
-                        getattr(p.original, "__name__", name),
-                    )
-            log.info(
-                "kernel-fun: unpatched %s: fla's own %s restored at %d place(s)",
-                name,
-                getattr(p.original, "__name__", name),
-                len(restored),
-            )
+            for p in patches:
+                restored.extend(_restore(p, name))
             out[name] = tuple(restored)
     return out
+
+
+def _restore(p: _Patch, family: str) -> list[str]:
+    """Put fla's original back wherever `p` replaced it (and in modules imported since)."""
+    restored: list[str] = []
+    recorded = {(id(s.module), s.attr) for s in p.sites}
+    late = [s for s in _holders(p.replacement) if (id(s.module), s.attr) not in recorded]
+    for site in [*p.sites, *late]:
+        current = _get(site.module, site.attr)
+        if current is p.replacement:
+            setattr(site.module, site.attr, p.original)
+            restored.append(site.name)
+        else:
+            log.warning(
+                "kernel-fun: %s no longer holds kernel-fun's %s (reassigned while "
+                "patched); left as it is",
+                site.name,
+                getattr(p.original, "__name__", family),
+            )
+    log.info(
+        "kernel-fun: unpatched %s: fla's own %s restored at %d place(s)",
+        family,
+        getattr(p.original, "__name__", family),
+        len(restored),
+    )
+    return restored
 
 
 @contextlib.contextmanager
@@ -456,5 +526,5 @@ def is_patched(family: str = "cconv") -> bool:
 def patched_sites(family: str = "cconv") -> tuple[str, ...]:
     """Names ("module.attr") of the fla attributes `family` replaced; () when not patched."""
     (name,) = _families(family)
-    p = _ACTIVE.get(name)
-    return () if p is None else tuple(s.name for s in p.sites)
+    patches = _ACTIVE.get(name)
+    return () if patches is None else _site_names(patches)

@@ -132,6 +132,14 @@ FLA_SYMBOLS: tuple[FlaSymbol, ...] = (
         used_by="the cconv baseline (fla's backward kernel)",
     ),
     FlaSymbol(
+        key="causal_conv1d_update",
+        name="causal_conv1d_update",
+        modules=(_CONV_IMPL_0_6, "fla.modules.conv.triton.ops"),
+        keywords=("x", "cache", "residual", "weight", "bias", "activation"),
+        ordered=True,
+        used_by="kernel_fun.cconv.causal_conv1d_update fallback (called verbatim) and its signature",
+    ),
+    FlaSymbol(
         key="CausalConv1dFunction",
         name="CausalConv1dFunction",
         modules=(_CONV_IMPL_0_6, "fla.modules.conv.triton.ops"),

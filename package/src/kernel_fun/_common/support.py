@@ -30,6 +30,10 @@ log = logging.getLogger("kernel_fun")
 # Triton families have been measured on Hopper (sm90) and newer only.
 TRITON_MIN_MAJOR = 9
 
+# Architectures (major, minor) whose GPU tests the Triton kernels passed: the allow-list.
+# Any other architecture goes to fla unless KERNEL_FUN_ALLOW_ARCH=1 opts in (read per call).
+TESTED_ARCHS: frozenset[tuple[int, int]] = frozenset({(9, 0)})
+
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"", "0", "false", "no", "off"})
 _POSITIVE_INT = re.compile(r"[0-9]+")
@@ -213,14 +217,27 @@ def capture_unsupported_reason(sig: tuple, needs_grad: bool) -> str | None:
     return None
 
 
+def allow_any_arch() -> bool:
+    """True when KERNEL_FUN_ALLOW_ARCH is on: architectures outside the allow-list run our
+    kernels too (at the user's risk: their GPU tests never ran there). Read per call."""
+    return _switch("KERNEL_FUN_ALLOW_ARCH")
+
+
+def _sm(arch: tuple[int, int]) -> str:
+    return f"sm{arch[0]}{arch[1]}"
+
+
 def triton_unsupported_reason(
-    t: torch.Tensor, family: str, min_major: int = TRITON_MIN_MAJOR
+    t: torch.Tensor,
+    family: str,
+    archs: frozenset[tuple[int, int]] = TESTED_ARCHS,
 ) -> str | None:
     """The gates every Triton family shares, checked on its main input `t`; None when clear.
 
     In order: the family is switched off (KERNEL_FUN_DISABLE / KERNEL_FUN_<FAMILY>_DISABLE),
-    `t` is not a CUDA tensor, or `t`'s device is below compute capability `min_major`.0
-    (default sm90). Shape, dtype and capture checks belong to the family.
+    `t` is not a CUDA tensor, or `t`'s device has a compute capability (major, minor) outside
+    `archs` (default TESTED_ARCHS, the architectures the kernels passed their GPU tests on)
+    while KERNEL_FUN_ALLOW_ARCH is off. Shape, dtype and capture checks belong to the family.
     """
     if disabled(family):
         return f"switched off by KERNEL_FUN_DISABLE or KERNEL_FUN_{family.upper()}_DISABLE"
@@ -231,9 +248,13 @@ def triton_unsupported_reason(
         import torch
 
         index = torch.cuda.current_device()
-    if not arch_at_least(index, min_major):
-        major, minor = _capability(index)
-        return f"device {index} is sm{major}{minor}; this family needs sm{min_major}0 or newer"
+    arch = _capability(index)
+    if arch not in archs and not allow_any_arch():
+        tested = ", ".join(_sm(a) for a in sorted(archs)) or "none"
+        return (
+            f"device {index} is {_sm(arch)}; this family's kernels passed their GPU tests "
+            f"only on {tested} (KERNEL_FUN_ALLOW_ARCH=1 runs them anyway)"
+        )
     return None
 
 

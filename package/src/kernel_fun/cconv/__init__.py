@@ -9,12 +9,14 @@ commit they came from); every other call is forwarded to fla verbatim, so the re
 bit-identical to fla's there. `is_supported(...)` says which case a call is and why;
 `warmup(...)` checks the fla internals this package relies on and fills the autotune caches.
 
-Supported box: activation "silu"/"swish"; no bias, residual, initial or final state,
-cu_seqlens, chunk_indices or cp_context; backend "triton"; x [B, T, D] fp16/bf16 on a CUDA
-device of sm90 or newer, any strides; weight [D, W] in any float dtype with W <= 4. dx comes
-back in x's dtype and dw in the weight's dtype.
+Supported box (README, "The supported box (cconv)"): every case of fla's causal_conv1d
+(bias, residual, activation None/"silu"/"swish", initial and final state, cu_seqlens; x
+fp16/bf16/fp32 [B, T, D] any strides on a CUDA device of a tested architecture; weight
+[D, W <= 4] any float dtype) except backend "cuda"/"mix" and cp_context, plus the decode
+step `causal_conv1d_update`. Until the 002 kernels are vendored only bf16/fp16 x with silu
+and no optional argument runs our kernels.
 """
 
-from .ops import causal_conv1d, is_supported, warmup
+from .ops import causal_conv1d, causal_conv1d_update, is_supported, warmup
 
-__all__ = ["causal_conv1d", "is_supported", "warmup"]
+__all__ = ["causal_conv1d", "causal_conv1d_update", "is_supported", "warmup"]

@@ -1,17 +1,23 @@
-"""Dispatch for `kernel_fun.cconv.causal_conv1d`: our kernels inside the supported box, fla
-verbatim outside it.
+"""Dispatch for `kernel_fun.cconv.causal_conv1d` and `causal_conv1d_update`: our kernels
+inside the supported box, fla verbatim outside it.
 
 The gate is a whitelist. `FLA_PARAMETERS` classifies every parameter of fla's
 `causal_conv1d`; a keyword fla may grow later lands in `**kwargs`, and any keyword there
 forces the fallback, so a flag this package has never seen can never be silently ignored.
 
+Two generations of kernels: `_kernels/strip.py` (idea 001: bf16/fp16 x, silu, no optional
+argument) and `_kernels/strip2.py` (idea 002: every case of fla's causal_conv1d but
+`backend="cuda"` / `"mix"` and `cp_context`, and the decode step). strip2 is imported on
+first use; until it is vendored (`_box()` is None) only 001's case runs our kernels.
+
 The entry point is opaque to torch.compile (`torch.compiler.disable`) and every tensor
-operation of our path runs inside one `torch.autograd.Function`: Dynamo speculating the
-backward of a two-tensor Function with symbolic strides is what failed before.
+operation of our path runs inside one `torch.autograd.Function`. Every launch, forward and
+backward, runs under its tensors' device (`_on`), whatever the current device is.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
@@ -20,47 +26,49 @@ import torch
 from .._common import compat, support
 
 FAMILY = "cconv"
-SUPPORTED_ACTIVATIONS = ("silu", "swish")
-SUPPORTED_X_DTYPES = (torch.float16, torch.bfloat16)
+BOX_MODULE = "kernel_fun.cconv._kernels.strip2"  # idea 002, once vendored
+ACTIVATIONS = (None, "silu", "swish")
+STRIP_X_DTYPES = (torch.float16, torch.bfloat16)  # idea 001
+BOX_X_DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # idea 002
+SEQLEN_DTYPES = (torch.int32, torch.int64)
 MAX_W = 4
 MAX_B = 65535  # the batch is the grid's third dimension
-MIN_SM_MAJOR = 9  # timed on the H200 (sm90); Triton-only, so newer parts qualify too
+MAX_N = 65535  # sequences are the state kernels' second grid dimension
 
 # Every parameter of fla 0.6.0's causal_conv1d, and what this package does with it.
-# "ours": values inside the box run our kernels; "default-only": anything but the default
-# value forces the fallback. A test compares these keys with fla's live signature.
+# A test compares these keys with fla's live signature.
 FLA_PARAMETERS: dict[str, str] = {
-    "x": "ours: [B, T, D] fp16/bf16 CUDA tensor, any strides",
+    "x": "ours: [B, T, D] fp16/bf16/fp32 CUDA tensor, any strides",
     "weight": "ours: [D, W] float tensor, W <= 4",
-    "bias": "default-only (None)",
-    "residual": "default-only (None)",
-    "initial_state": "default-only (None)",
-    "output_final_state": "default-only (False)",
-    "activation": "ours: 'silu' or 'swish'",
-    "backend": "ours: 'triton'",
-    "cu_seqlens": "default-only (None)",
-    "cu_seqlens_cpu": "default-only (None)",
-    "chunk_indices": "default-only (None)",
-    "cp_context": "default-only (None)",
+    "bias": "ours: None or a [D] float tensor",
+    "residual": "ours: None or a float tensor shaped like x",
+    "initial_state": "ours: None or an [N, D, W] float tensor",
+    "output_final_state": "ours: False / None / True",
+    "activation": "ours: None, 'silu' or 'swish'",
+    "backend": "ours: 'triton'; 'cuda' / 'mix' go to fla",
+    "cu_seqlens": "ours: None or a 1-D int32/int64 tensor [N+1] on x's device, with B = 1",
+    "cu_seqlens_cpu": "ours: ignored hint, only beside cu_seqlens",
+    "chunk_indices": "ours: ignored hint, only beside cu_seqlens",
+    "cp_context": "default-only (None): context parallelism goes to fla",
     "kwargs": "default-only (empty): any extra keyword goes to fla",
 }
 
-_DEFAULT_ONLY = {
-    "bias": None,
-    "residual": None,
-    "initial_state": None,
-    "output_final_state": False,
-    "cu_seqlens": None,
-    "cu_seqlens_cpu": None,
-    "chunk_indices": None,
-    "cp_context": None,
+# Parameters of fla 0.6.0's causal_conv1d_update (a test compares them with fla's).
+FLA_UPDATE_PARAMETERS: dict[str, str] = {
+    "x": "ours: [N, D], [1, N, D] or [N, 1, D] fp16/bf16/fp32 CUDA tensor",
+    "cache": "ours: a contiguous [N, D, W] float tensor, updated in place",
+    "residual": "ours: None or a float tensor shaped like x",
+    "weight": "ours: [D, W] float tensor, W <= 4",
+    "bias": "ours: None or a [D] float tensor",
+    "activation": "ours: None, 'silu' or 'swish'",
 }
 
 _kernels_mod = None
+_box_mod: Any = False  # False: not looked up yet; None: not vendored
 
 
 def _kernels():
-    """The promoted kernels, imported on first use (they pull in triton)."""
+    """The 001 kernels, imported on first use (they pull in triton)."""
     global _kernels_mod
     if _kernels_mod is None:
         from . import _kernels
@@ -69,9 +77,33 @@ def _kernels():
     return _kernels_mod
 
 
-def _warm_sig(x: torch.Tensor, weight: torch.Tensor) -> tuple:
-    """What decides compilation and autotuning of one call: shapes, strides, dtypes, device.
-    The stream is deliberately absent (see support.capture_unsupported_reason)."""
+def _box():
+    """The 002 kernels (every case), or None while they are not vendored. Looked up once."""
+    global _box_mod
+    if _box_mod is False:
+        import importlib
+
+        try:
+            _box_mod = importlib.import_module(BOX_MODULE)
+        except ModuleNotFoundError as exc:
+            if exc.name != BOX_MODULE:
+                raise
+            _box_mod = None
+    return _box_mod
+
+
+def _on(t: torch.Tensor):
+    """A context running launches on `t`'s device (a no-op when it is the current one)."""
+    index = t.device.index
+    if index is None or index == torch.cuda.current_device():
+        return contextlib.nullcontext()
+    return torch.cuda.device(index)
+
+
+def _warm_sig(x: torch.Tensor, weight: torch.Tensor, case: tuple = ()) -> tuple:
+    """What decides compilation and autotuning of one call: shapes, strides, dtypes, device,
+    and the case flags. The stream is deliberately absent (see
+    support.capture_unsupported_reason)."""
     return (
         FAMILY,
         tuple(x.shape),
@@ -80,7 +112,12 @@ def _warm_sig(x: torch.Tensor, weight: torch.Tensor) -> tuple:
         tuple(weight.shape),
         weight.dtype,
         x.device.index,
+        case,
     )
+
+
+def _is_float_on(t: Any, device: torch.device) -> bool:
+    return isinstance(t, torch.Tensor) and t.is_floating_point() and t.device == device
 
 
 def _unsupported_reason(
@@ -99,6 +136,20 @@ def _unsupported_reason(
         return f"arguments kernel-fun cannot classify ({type(exc).__name__}: {exc})"
 
 
+def _needs_box(x: torch.Tensor, activation: Any, options: dict[str, Any]) -> str | None:
+    """Which argument puts the call outside idea 001's case (None: 001 takes it)."""
+    if x.dtype not in STRIP_X_DTYPES:
+        return f"x dtype {x.dtype}"
+    if activation is None:
+        return "activation=None"
+    for name in ("bias", "residual", "initial_state", "cu_seqlens"):
+        if options[name] is not None:
+            return name
+    if options["output_final_state"]:
+        return "output_final_state=True"
+    return None
+
+
 def _classify(
     x: Any,
     weight: Any,
@@ -111,62 +162,144 @@ def _classify(
         return "disabled by KERNEL_FUN_DISABLE / KERNEL_FUN_CCONV_DISABLE"
     if kwargs:
         return f"keyword(s) {sorted(kwargs)} are not handled by kernel-fun"
-    for name, default in _DEFAULT_ONLY.items():
-        value = options[name]
-        if name == "output_final_state":
-            if not (value is False or value is None):
-                return f"output_final_state={value!r} is not supported (only False)"
-        elif value is not default:
-            return f"{name} is not supported (only {name}=None)"
-    if not isinstance(activation, str) or activation not in SUPPORTED_ACTIVATIONS:
-        return f"activation={activation!r} is not supported (only 'silu'/'swish')"
+    if options["cp_context"] is not None:
+        return "cp_context (context parallelism) is not supported (only cp_context=None)"
     if not isinstance(backend, str) or backend != "triton":
         return f"backend={backend!r} is not supported (only 'triton')"
+    if not (activation is None or (isinstance(activation, str) and activation in ACTIVATIONS)):
+        return f"activation={activation!r} is not supported (only None/'silu'/'swish')"
+    ofs = options["output_final_state"]
+    if not (ofs is None or isinstance(ofs, bool)):
+        return f"output_final_state={ofs!r} is not supported (only True/False/None)"
     if not isinstance(x, torch.Tensor) or not isinstance(weight, torch.Tensor):
         return "x and weight must both be tensors"
     if x.dim() != 3:
         return f"x must be [B, T, D], got {x.dim()} dims"
-    if x.dtype not in SUPPORTED_X_DTYPES:
-        return f"x dtype {x.dtype} is not supported (float16/bfloat16)"
-    if weight.dim() != 2 or weight.shape[0] != x.shape[2]:
-        return f"weight must be [D, W] with D={x.shape[2]}, got {tuple(weight.shape)}"
-    if not 1 <= weight.shape[1] <= MAX_W:
-        return f"weight width W={weight.shape[1]} is not supported (W <= {MAX_W})"
+    if x.dtype not in BOX_X_DTYPES:
+        return f"x dtype {x.dtype} is not supported (float16/bfloat16/float32)"
+    B, T, D = x.shape
+    if weight.dim() != 2 or weight.shape[0] != D:
+        return f"weight must be [D, W] with D={D}, got {tuple(weight.shape)}"
+    W = weight.shape[1]
+    if not 1 <= W <= MAX_W:
+        return f"weight width W={W} is not supported (W <= {MAX_W})"
     if not weight.is_floating_point():
         return f"weight dtype {weight.dtype} is not a float dtype"
     if x.numel() == 0:
         return "empty input"
-    if x.shape[0] > MAX_B:
-        return f"batch B={x.shape[0]} exceeds {MAX_B}"
-    reason = support.triton_unsupported_reason(x, FAMILY, MIN_SM_MAJOR)
+    if B > MAX_B:
+        return f"batch B={B} exceeds {MAX_B}"
+    reason = support.triton_unsupported_reason(x, FAMILY)
     if reason is not None:
         return reason
-    if weight.device != x.device:
-        return f"weight is on {weight.device}, x on {x.device}"
-    needs_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
-    return support.capture_unsupported_reason(_warm_sig(x, weight), needs_grad)
+    dev = x.device
+    if weight.device != dev:
+        return f"weight is on {weight.device}, x on {dev}"
+    bias, residual, h0 = options["bias"], options["residual"], options["initial_state"]
+    cu = options["cu_seqlens"]
+    if bias is not None and not (_is_float_on(bias, dev) and tuple(bias.shape) == (D,)):
+        return f"bias must be a float [D={D}] tensor on {dev}"
+    if residual is not None and not (_is_float_on(residual, dev) and residual.shape == x.shape):
+        return f"residual must be a float tensor shaped like x on {dev}"
+    if cu is None:
+        if options["cu_seqlens_cpu"] is not None or options["chunk_indices"] is not None:
+            return "cu_seqlens_cpu / chunk_indices without cu_seqlens are not supported"
+        N = B
+    else:
+        if not (isinstance(cu, torch.Tensor) and cu.device == dev and cu.dtype in SEQLEN_DTYPES):
+            return f"cu_seqlens must be an int32/int64 tensor on {dev}"
+        if cu.dim() != 1 or cu.numel() < 2 or B != 1:
+            return "cu_seqlens must be [N+1] with x [1, total, D]"
+        N = cu.numel() - 1
+    if N > MAX_N:
+        return f"{N} sequences exceed {MAX_N}"
+    if h0 is not None and not (_is_float_on(h0, dev) and tuple(h0.shape) == (N, D, W)):
+        return f"initial_state must be a float [N={N}, D={D}, W={W}] tensor on {dev}"
+    need = _needs_box(x, activation, options)
+    if need is not None and _box() is None:
+        return f"{need} needs the cconv 002 kernels, which this build does not include"
+    needs_grad = torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in (x, weight, bias, residual, h0)
+    )
+    return support.capture_unsupported_reason(_warm_sig(x, weight, _case(options)), needs_grad)
+
+
+def _case(options: dict[str, Any]) -> tuple:
+    """The flags that select a kernel variant (part of the capture signature)."""
+    return tuple(
+        options[k] is not None for k in ("bias", "residual", "initial_state", "cu_seqlens")
+    )
+
+
+def _dense():
+    """The kernels of the dense case: 002's once vendored, else 001's."""
+    return _box() or _kernels()
 
 
 class _CausalConv1dSilu(torch.autograd.Function):
-    """y = silu(causal_conv1d(x, weight)) through the promoted strip kernels."""
+    """y = silu(causal_conv1d(x, weight)), the dense case (x bf16/fp16, no optional
+    argument): the shortest host path, through the dense entry points."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        k = _kernels()
-        y = k.cconv_fwd(x, weight)
+        with _on(x):
+            y = _dense().cconv_fwd(x, weight)
         ctx.save_for_backward(x, weight)
-        ctx.sig = _warm_sig(x, weight)
+        ctx.sig = _warm_sig(x, weight, (False, False, False, False))
         support.mark_warm(ctx.sig, "fwd")
         return y
 
     @staticmethod
     def backward(ctx, dy: torch.Tensor):
         x, weight = ctx.saved_tensors
-        dx, dw = _kernels().cconv_bwd(x, weight, dy)
+        with _on(x):
+            dx, dw = _dense().cconv_bwd(x, weight, dy)
         support.mark_warm(ctx.sig, "bwd")
         return (
             dx if ctx.needs_input_grad[0] else None,
             dw if ctx.needs_input_grad[1] else None,
+        )
+
+
+class _CausalConv1d(torch.autograd.Function):
+    """(y, final_state) of fla's causal_conv1d, every case, through idea 002's kernels.
+
+    Gradients: x, weight, bias, residual (dy itself), initial_state; final_state's gradient
+    (dht) flows back into x and the initial state."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, residual, initial_state, output_final_state, activation,
+                cu_seqlens):  # fmt: skip
+        with _on(x):
+            y, final_state = _box().conv_fwd(
+                x, weight, bias, residual, initial_state, bool(output_final_state), activation,
+                cu_seqlens,
+            )  # fmt: skip
+        ctx.save_for_backward(x, weight, bias, residual, initial_state, cu_seqlens)
+        ctx.activation = activation
+        ctx.sig = _warm_sig(x, weight, (bias is not None, residual is not None,
+                                        initial_state is not None, cu_seqlens is not None))  # fmt: skip
+        support.mark_warm(ctx.sig, "fwd")
+        return y, final_state
+
+    @staticmethod
+    def backward(ctx, dy, dht):
+        x, weight, bias, residual, initial_state, cu_seqlens = ctx.saved_tensors
+        with _on(x):
+            dx, dw, db, dr, dh0 = _box().conv_bwd(
+                x, weight, dy, bias, residual, initial_state, dht, ctx.activation, cu_seqlens
+            )
+        support.mark_warm(ctx.sig, "bwd")
+        need = ctx.needs_input_grad
+        return (
+            dx if need[0] else None,
+            dw if need[1] else None,
+            db if need[2] else None,
+            dr if need[3] else None,
+            dh0 if need[4] else None,
+            None,
+            None,
+            None,
         )
 
 
@@ -191,7 +324,7 @@ def _options(
     chunk_indices: Any,
     cp_context: Any,
 ) -> dict[str, Any]:
-    """fla's default-only parameters by name: what the gate checks and the fallback passes."""
+    """fla's optional parameters by name: what the gate checks and the fallback passes."""
     return {
         "bias": bias,
         "residual": residual,
@@ -222,11 +355,14 @@ def causal_conv1d(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Drop-in for fla's `causal_conv1d` (flash-linear-attention 0.6.0), same contract.
 
-    x: [B, T, D]; weight: [D, W]. Returns (y, final_state): y [B, T, D] contiguous in x's
-    dtype, final_state None on our path (our path never produces one). Inside the supported
-    box (module docstring) our kernels run; anything else, including every argument this
-    package does not know, is passed to fla unchanged, so it returns (or raises) exactly what
-    fla does. Errors: none of its own; fla's for inputs fla rejects.
+    x: [B, T, D] ([1, total, D] with cu_seqlens [N+1]); weight: [D, W]; bias [D]; residual
+    like x; initial_state [N, D, W]. Returns (y, final_state): y = act(conv(x) + bias) +
+    residual, [B, T, D] contiguous in x's dtype; final_state [N, D, W] in x's dtype when
+    output_final_state, else None. Inside the supported box (module docstring) our kernels
+    run; anything else, including every argument this package does not know, is passed to
+    fla unchanged, so it returns (or raises) exactly what fla does. Errors: none of its own;
+    fla's for inputs fla rejects. One difference on our path: the final state's gradient
+    reaches x in every slot (fla 0.6.0 drops slot 0's).
     """
     options = _options(
         bias, residual, initial_state, output_final_state,
@@ -245,7 +381,11 @@ def causal_conv1d(
             **options,
             **kwargs,
         )
-    return _CausalConv1dSilu.apply(x, weight), None
+    if _needs_box(x, activation, options) is None:
+        return _CausalConv1dSilu.apply(x, weight), None
+    return _CausalConv1d.apply(
+        x, weight, bias, residual, initial_state, output_final_state, activation, cu_seqlens
+    )
 
 
 def is_supported(
@@ -271,6 +411,88 @@ def is_supported(
     )  # fmt: skip
     reason = _unsupported_reason(x, weight, activation, backend, options, kwargs)
     return (reason is None, reason or "supported")
+
+
+def _update_x(x: torch.Tensor) -> tuple[int, int] | None:
+    """(N, D) of a decode step's x as fla reads it, or None for a shape fla's kernel rejects."""
+    if x.dim() == 2:
+        return x.shape[0], x.shape[1]
+    if x.dim() == 3 and x.shape[0] == 1:
+        return x.shape[1], x.shape[2]
+    if x.dim() == 3 and x.shape[1] == 1:
+        return x.shape[0], x.shape[2]
+    return None
+
+
+def _update_reason(x, cache, residual, weight, bias, activation) -> str | None:
+    if support.disabled(FAMILY):
+        return "disabled by KERNEL_FUN_DISABLE / KERNEL_FUN_CCONV_DISABLE"
+    if not (activation is None or (isinstance(activation, str) and activation in ACTIVATIONS)):
+        return f"activation={activation!r} is not supported (only None/'silu'/'swish')"
+    if not all(isinstance(t, torch.Tensor) for t in (x, cache, weight)):
+        return "x, cache and weight must be tensors"
+    if x.dtype not in BOX_X_DTYPES:
+        return f"x dtype {x.dtype} is not supported (float16/bfloat16/float32)"
+    nd = _update_x(x)
+    if nd is None:
+        return f"x must be [N, D], [1, N, D] or [N, 1, D], got {tuple(x.shape)}"
+    N, D = nd
+    if weight.dim() != 2 or weight.shape[0] != D or not 1 <= weight.shape[1] <= MAX_W:
+        return f"weight must be [D={D}, W<={MAX_W}], got {tuple(weight.shape)}"
+    if not weight.is_floating_point():
+        return f"weight dtype {weight.dtype} is not a float dtype"
+    if x.numel() == 0 or N > MAX_N:
+        return f"{N} sequences: not supported (1 to {MAX_N})"
+    reason = support.triton_unsupported_reason(x, FAMILY)
+    if reason is not None:
+        return reason
+    dev = x.device
+    W = weight.shape[1]
+    if not (_is_float_on(cache, dev) and tuple(cache.shape) == (N, D, W)):
+        return f"cache must be a float [N={N}, D={D}, W={W}] tensor on {dev}"
+    if not cache.is_contiguous():
+        return "cache is not contiguous (fla updates a contiguous copy)"
+    if weight.device != dev:
+        return f"weight is on {weight.device}, x on {dev}"
+    if bias is not None and not (_is_float_on(bias, dev) and tuple(bias.shape) == (D,)):
+        return f"bias must be a float [D={D}] tensor on {dev}"
+    if residual is not None and not (_is_float_on(residual, dev) and residual.shape == x.shape):
+        return f"residual must be a float tensor shaped like x on {dev}"
+    if _box() is None:
+        return "the decode step needs the cconv 002 kernels, which this build does not include"
+    return None
+
+
+@torch.compiler.disable
+def causal_conv1d_update(
+    x: torch.Tensor,
+    cache: torch.Tensor,
+    residual: torch.Tensor | None = None,
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    activation: str | None = None,
+) -> torch.Tensor:
+    """Drop-in for fla's `causal_conv1d_update` (0.6.0): one decode step, one token per
+    sequence (the call `ShortConvolution.step` makes).
+
+    x: [N, D], [1, N, D] or [N, 1, D]; cache: [N, D, W], updated in place to
+    [cache[..., 1:], x]; residual like x; weight [D, W]; bias [D]. Returns (y, cache): y =
+    act(sum_k weight[:, k] cache[:, :, k] + bias) + residual, shaped like x, in x's dtype.
+    Outside the supported box the call is fla's, verbatim (same result or error).
+    """
+    try:
+        reason = _update_reason(x, cache, residual, weight, bias, activation)
+    except Exception as exc:
+        reason = f"arguments kernel-fun cannot classify ({type(exc).__name__}: {exc})"
+    if reason is None and not _engage():
+        reason = "fla drift found by the compatibility probe (see the error logged above)"
+    if reason is not None:
+        support.report_fallback(FAMILY, reason)
+        return compat.fla_original("causal_conv1d_update")(
+            x=x, cache=cache, residual=residual, weight=weight, bias=bias, activation=activation
+        )
+    with _on(x):
+        return _box().cconv_update(x, cache, residual, weight, bias, activation)
 
 
 def warmup(
