@@ -484,7 +484,6 @@ def _probe(symbols: tuple[FlaSymbol, ...]) -> FlaProbe:
     return probe
 
 
-@cache
 def probe_fla(family: str | None = None) -> FlaProbe:
     """Probe the installed fla against `FLA_SYMBOLS`, once per process and family (cached).
 
@@ -492,6 +491,11 @@ def probe_fla(family: str | None = None) -> FlaProbe:
     Imports fla and the modules the tables name; raises nothing. See `check_fla` for the
     policy applied to the result.
     """
+    return _probe_cached(family)
+
+
+@cache
+def _probe_cached(family: str | None) -> FlaProbe:
     return _probe(tuple(s for s in FLA_SYMBOLS if family is None or s.family == family))
 
 
@@ -610,5 +614,5 @@ def fla_chunk_kda() -> Callable[..., Any]:
 
 def _reset_for_tests() -> None:
     """Forget the cached probe and the recorded originals."""
-    probe_fla.cache_clear()
+    _probe_cached.cache_clear()
     _ORIGINALS.clear()
