@@ -21,6 +21,7 @@ fla_kda = pytest.importorskip("fla.ops.kda")
 
 from kernel_fun._common import support  # noqa: E402
 from kernel_fun.kda import chunk_kda, is_supported, ops, warmup  # noqa: E402
+
 from ladder.kernels.kda import family  # noqa: E402
 
 LAYER = dict(
