@@ -336,6 +336,7 @@ def test_remember_original_refuses_our_own_function_and_unknown_keys():
 # fla-core 0.5.2 is installed into its own folder. flash-linear-attention (layers, models)
 # shares the `fla` namespace through pkgutil.extend_path, so the probe process refuses every
 # `fla.*` module found outside that folder: the probe then sees fla-core 0.5.2 alone.
+# Only the cconv rows are probed: kernel_fun.kda needs fla 0.6.0's kda chain.
 _PROBE_0_5_2 = textwrap.dedent(
     """
     import importlib.abc, importlib.machinery, json, os, sys, warnings
@@ -358,13 +359,13 @@ _PROBE_0_5_2 = textwrap.dedent(
     warnings.simplefilter("ignore")
     from kernel_fun._common import compat
     import fla, fla.modules.convolution as convolution
-    probe = compat.probe_fla()
+    probe = compat.probe_fla("cconv")
     print(json.dumps({
         "fla_file": fla.__file__,
         "version": probe.version,
         "resolved": probe.resolved,
         "problems": probe.problems,
-        "check": compat.check_fla(),
+        "check": compat.check_fla("cconv"),
         "original_is_public": compat.fla_causal_conv1d() is convolution.causal_conv1d,
     }))
     """

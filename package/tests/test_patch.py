@@ -109,7 +109,7 @@ def test_patch_swaps_every_holder_and_unpatch_restores_identity(_clean_state):
 
 
 def test_patch_twice_is_a_noop(_clean_state):
-    first = patch_fla()
+    first = patch_fla("cconv")
     state = {name: id(v) for name, v in _state().items()}
     second = patch_fla(["cconv", "cconv"])
     assert second == first

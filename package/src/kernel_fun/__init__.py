@@ -4,6 +4,7 @@ Each op family is a subpackage whose public function has the same signature and 
 return contract as its fla counterpart, so adopting it is a one-line import swap:
 
     from kernel_fun.cconv import causal_conv1d    # instead of fla.modules.convolution's
+    from kernel_fun.kda import chunk_kda          # instead of fla.ops.kda's
 
 Calls this package does not implement (an argument it has never seen, a device below the
 family's architecture floor, a CUDA-graph capture of a shape that never ran eagerly, ...)
@@ -51,7 +52,7 @@ _LAZY_ATTRS: dict[str, str] = {
 }
 
 # Subpackages reachable as attributes without an explicit import (`kernel_fun.cconv`).
-_LAZY_SUBMODULES: tuple[str, ...] = ("cconv",)
+_LAZY_SUBMODULES: tuple[str, ...] = ("cconv", "kda")
 
 # versions() key -> import name probed for presence -> distributions that may provide it,
 # first installed one wins. Distribution metadata is read instead of importing the module:

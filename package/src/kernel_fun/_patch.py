@@ -25,6 +25,16 @@ A name bound to fla's function OUTSIDE fla (your own module's `from fla... impor
 causal_conv1d`, executed before the patch) keeps fla's function: patch first, or import
 `kernel_fun.cconv.causal_conv1d` directly.
 
+Family `kda` replaces fla's `chunk_kda` with `kernel_fun.kda.chunk_kda` the same way.
+`KimiDeltaAttention.forward` looks `chunk_kda` up in `fla.layers.kda`'s globals; the object
+there is fla's public `chunk_kda` (its `@dispatch` backend wrapper under
+`torch.compiler.disable`), also held by `fla.ops.kda.chunk`, `fla.ops.kda`, `fla.ops` and
+`fla.ops.kda.backends.flash_kda` in fla 0.6.0. kernel-fun's fallback calls that very object,
+so fla's own backend dispatch still happens behind it.
+
+`patch_fla()`, `unpatch_fla()` and `patched_fla()` without arguments act on every known
+family; pass "cconv" or "kda" (or several) to pick. The guarantees below hold per family.
+
 Guarantees:
   * atomic: everything is checked before anything is replaced, and a failure while
     replacing restores what was already replaced; a raised error leaves fla untouched;
@@ -64,7 +74,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-KNOWN_FAMILIES: tuple[str, ...] = ("cconv",)
+KNOWN_FAMILIES: tuple[str, ...] = ("cconv", "kda")
 
 # The public fla module whose `causal_conv1d` model code imports; in every fla layout the
 # package supports it must hold the very function ShortConvolution calls.
@@ -130,10 +140,10 @@ def _fla_version() -> str:
     return "unknown"
 
 
-def _refusal(what: str) -> PatchError:
+def _refusal(what: str, direct: str = "kernel_fun.cconv.causal_conv1d") -> PatchError:
     return PatchError(
         f"cannot patch fla {_fla_version()}: {what}. kernel_fun.patch_fla follows fla "
-        f"0.6.0's layout; call kernel_fun.cconv.causal_conv1d directly instead, or install a "
+        f"0.6.0's layout; call {direct} directly instead, or install a "
         f"flash-linear-attention release this kernel-fun supports"
     )
 
@@ -360,7 +370,110 @@ def _plan_cconv_all() -> list[_Patch]:
     return [_plan_cconv(), _plan_cconv_update()]
 
 
-_PLANNERS: dict[str, Callable[[], list[_Patch]]] = {"cconv": _plan_cconv_all}
+# ------------------------------------------------------------------------------------------
+# family kda
+# ------------------------------------------------------------------------------------------
+
+_KDA_LAYER_MODULE = "fla.layers.kda"
+_KDA_PUBLIC_MODULE = "fla.ops.kda"
+_KDA_NAME = "chunk_kda"
+_KDA_DIRECT = "kernel_fun.kda.chunk_kda"
+
+
+def _plan_kda() -> _Patch:
+    """Find fla's chunk_kda and every fla attribute holding it; import the replacement.
+
+    The object replaced is the one KimiDeltaAttention.forward calls: fla's public
+    `chunk_kda`, i.e. the function fla wraps with its backend `@dispatch` and
+    `torch.compiler.disable` (never the undecorated body), so fla's own dispatch stays
+    behind kernel-fun's fallback. Checks, in order, and refuses with PatchError at the first
+    that fails: fla.layers.kda imports; it has KimiDeltaAttention; its forward reads
+    `chunk_kda` at call time from an fla module; that module has it; fla.ops.kda has it
+    too, as the same object; the replacement imports and is not fla's function. Replaces
+    nothing.
+    """
+    try:
+        layer_module = importlib.import_module(_KDA_LAYER_MODULE)
+    except Exception as exc:
+        raise PatchError(
+            f"cannot patch fla: {_KDA_LAYER_MODULE} does not import ({type(exc).__name__}: {exc})"
+        ) from exc
+    layer = getattr(layer_module, "KimiDeltaAttention", None)
+    if layer is None:
+        raise _refusal(f"{_KDA_LAYER_MODULE}.KimiDeltaAttention is missing", _KDA_DIRECT)
+    forward = getattr(layer, "forward", None)
+    forward = inspect.unwrap(forward) if callable(forward) else None
+    if getattr(forward, "__code__", None) is None:
+        raise _refusal("KimiDeltaAttention.forward is not a function", _KDA_DIRECT)
+    try:
+        home = _call_time_module(forward, _KDA_NAME)
+    except Exception as exc:
+        raise _refusal(
+            f"the module KimiDeltaAttention.forward imports `{_KDA_NAME}` from does not load "
+            f"({exc})",
+            _KDA_DIRECT,
+        ) from exc
+    if home is None or not _is_fla_module(home.__name__):
+        raise _refusal(
+            f"KimiDeltaAttention.forward does not look `{_KDA_NAME}` up in an fla module when "
+            f"it runs, so replacing that name would not reach it",
+            _KDA_DIRECT,
+        )
+    home_name = home.__name__
+    original = _get(home, _KDA_NAME)
+    if original is _MISSING:
+        raise _refusal(f"{home_name}.{_KDA_NAME} is missing", _KDA_DIRECT)
+    if not callable(original):
+        raise _refusal(
+            f"{home_name}.{_KDA_NAME} is not callable ({type(original).__name__})", _KDA_DIRECT
+        )
+    try:
+        public = importlib.import_module(_KDA_PUBLIC_MODULE)
+    except Exception as exc:
+        raise _refusal(f"{_KDA_PUBLIC_MODULE} does not import ({exc})", _KDA_DIRECT) from exc
+    public_fn = _get(public, _KDA_NAME)
+    if public_fn is _MISSING:
+        raise _refusal(f"{_KDA_PUBLIC_MODULE}.{_KDA_NAME} is missing", _KDA_DIRECT)
+    if public_fn is not original:
+        raise _refusal(
+            f"{_KDA_PUBLIC_MODULE}.{_KDA_NAME} is not the function KimiDeltaAttention calls "
+            f"({home_name}.{_KDA_NAME})",
+            _KDA_DIRECT,
+        )
+    sites = _holders(original)
+    if not any(s.module is home and s.attr == _KDA_NAME for s in sites):
+        raise _refusal(
+            f"{home_name} is not among the imported fla modules (sys.modules)", _KDA_DIRECT
+        )
+
+    try:
+        from kernel_fun._common import compat
+        from kernel_fun.kda import chunk_kda as replacement
+    except Exception as exc:
+        raise PatchError(
+            f"cannot patch fla: kernel_fun.kda does not import ({type(exc).__name__}: {exc})"
+        ) from exc
+    if original is replacement:
+        raise PatchError(
+            f"cannot patch fla: {home_name}.{_KDA_NAME} is already kernel_fun.kda.chunk_kda, "
+            f"but not through kernel_fun.patch_fla, so fla's original is unknown here; "
+            f"restore fla's function before patching"
+        )
+    try:
+        compat.remember_original(original, "chunk_kda")
+    except Exception as exc:
+        raise PatchError(
+            f"cannot patch fla: recording fla's original {_KDA_NAME} failed ({exc})"
+        ) from exc
+    return _Patch("kda", original, replacement, sites)
+
+
+def _plan_kda_all() -> list[_Patch]:
+    """Family kda replaces one function: fla's public chunk_kda."""
+    return [_plan_kda()]
+
+
+_PLANNERS: dict[str, Callable[[], list[_Patch]]] = {"cconv": _plan_cconv_all, "kda": _plan_kda_all}
 
 
 # ------------------------------------------------------------------------------------------
@@ -396,10 +509,11 @@ def _describe(p: _Patch, sites: list[_Site]) -> str:
     )
 
 
-def patch_fla(families: str | Iterable[str] = ("cconv",)) -> dict[str, tuple[str, ...]]:
+def patch_fla(families: str | Iterable[str] | None = None) -> dict[str, tuple[str, ...]]:
     """Route fla's own calls of each family through kernel-fun (see the module docstring).
 
-    families: a family name or an iterable of them; known: KNOWN_FAMILIES ("cconv").
+    families: a family name or an iterable of them; known: KNOWN_FAMILIES ("cconv", "kda");
+    None (the default): every known family.
     Returns {family: names ("module.attr") of every fla attribute now holding the
     replacement}. A family already patched is left as it is, except that fla modules imported
     since, which bound fla's original, are patched too.
@@ -498,9 +612,10 @@ def _restore(p: _Patch, family: str) -> list[str]:
 
 @contextlib.contextmanager
 def patched_fla(
-    families: str | Iterable[str] = ("cconv",),
+    families: str | Iterable[str] | None = None,
 ) -> Iterator[dict[str, tuple[str, ...]]]:
     """Context manager: `patch_fla(families)` on entry, undo on exit (also on an exception).
+    families as for `patch_fla` (default: every known family).
 
     Only the families this block patched are unpatched on exit, so blocks nest and a family
     patched before entering stays patched after leaving. Yields what `patch_fla` returns.

@@ -62,6 +62,18 @@ CAUSAL_CONV1D_PARAMS: tuple[str, ...] = (
     "cp_context",
 )
 
+_KDA_CHUNK = "fla.ops.kda.chunk"
+
+# Parameters of fla's public chunk_kda, in fla 0.6.0's order. kernel_fun.kda.chunk_kda
+# mirrors this signature positionally, so the order is checked, not just the names.
+CHUNK_KDA_PARAMS: tuple[str, ...] = (
+    "q", "k", "v", "g", "beta", "scale", "initial_state", "output_final_state",
+    "use_qk_l2norm_in_kernel", "use_gate_in_kernel", "use_beta_sigmoid_in_kernel",
+    "allow_neg_eigval", "safe_gate", "lower_bound", "disable_recompute",
+    "return_intermediate_states", "state_v_first", "cu_seqlens", "cu_seqlens_cpu", "cp_context",
+    "use_graph", "max_num_seqs",
+)  # fmt: skip
+
 
 @dataclass(frozen=True)
 class FlaSymbol:
@@ -75,6 +87,8 @@ class FlaSymbol:
                (a catch-all **kwargs does not count)
     ordered    the keywords must also be fla's leading parameters, in this order
     used_by    what in the package depends on it
+    family     the op family that depends on it: `check_fla(family)` probes only its rows,
+               so an fla that moved one family's internals does not stop another family
     """
 
     key: str
@@ -83,6 +97,7 @@ class FlaSymbol:
     keywords: tuple[str, ...] = ()
     ordered: bool = False
     used_by: str = ""
+    family: str = "cconv"
 
 
 FLA_SYMBOLS: tuple[FlaSymbol, ...] = (
@@ -164,6 +179,195 @@ FLA_SYMBOLS: tuple[FlaSymbol, ...] = (
         name="ShortConvolution",
         modules=("fla.modules.convolution",),
         used_by="the public import path of the layer; kernel_fun.patch_fla",
+    ),
+    # ---- kda: fla's chunk_kda, and the stages of its chain the promoted kernels call.
+    FlaSymbol(
+        key="chunk_kda",
+        name="chunk_kda",
+        modules=(_KDA_CHUNK,),
+        keywords=CHUNK_KDA_PARAMS,
+        ordered=True,
+        used_by="kernel_fun.kda fallback (called verbatim) and the signature it mirrors",
+        family="kda",
+    ),
+    FlaSymbol(
+        key="kda.chunk_kda",
+        name="chunk_kda",
+        modules=("fla.ops.kda",),
+        keywords=CHUNK_KDA_PARAMS,
+        ordered=True,
+        used_by="the public import path model code uses; kernel_fun.patch_fla replaces it",
+        family="kda",
+    ),
+    FlaSymbol(
+        key="KimiDeltaAttention",
+        name="KimiDeltaAttention",
+        modules=("fla.layers.kda",),
+        used_by="kernel_fun.patch_fla (the layer that calls chunk_kda inside fla)",
+        family="kda",
+    ),
+    FlaSymbol(
+        key="backends._function_registries",
+        name="_function_registries",
+        modules=("fla.backends",),
+        used_by="kernel_fun.kda's gate (a call fla would hand to another backend goes to fla)",
+        family="kda",
+    ),
+    FlaSymbol(
+        key="ChunkKDAFunction",
+        name="ChunkKDAFunction",
+        modules=(_KDA_CHUNK,),
+        used_by="the kda chain's forward (fla's ChunkKDAFunction.forward) and the baseline",
+        family="kda",
+    ),
+    FlaSymbol(
+        key="kda_gate_chunk_cumsum",
+        name="kda_gate_chunk_cumsum",
+        modules=("fla.ops.kda.gate",),
+        keywords=(
+            "g",
+            "A_log",
+            "dt_bias",
+            "scale",
+            "chunk_size",
+            "cu_seqlens",
+            "chunk_indices",
+            "lower_bound",
+        ),
+        used_by="the kda chain's backward (recomputes the cumulative gate)",
+        family="kda",
+    ),
+    FlaSymbol(
+        key="recompute_w_u_fwd",
+        name="recompute_w_u_fwd",
+        modules=("fla.ops.kda.wy_fast",),
+        keywords=("q", "k", "v", "beta", "A", "gk", "cu_seqlens", "chunk_indices"),
+        used_by="the kda chain's backward (recomputes w, u, qg, kg)",
+        family="kda",
+    ),
+    FlaSymbol(
+        key="chunk_gated_delta_rule_fwd_h",
+        name="chunk_gated_delta_rule_fwd_h",
+        modules=("fla.ops.common.chunk_delta_h",),
+        keywords=(
+            "k",
+            "w",
+            "u",
+            "gk",
+            "initial_state",
+            "output_final_state",
+            "cu_seqlens",
+            "chunk_indices",
+            "chunk_size",
+            "state_v_first",
+        ),
+        used_by="the kda chain's backward (recomputes the chunk states h)",
+        family="kda",
+    ),
+    FlaSymbol(
+        key="chunk_kda_bwd_dAv",
+        name="chunk_kda_bwd_dAv",
+        modules=("fla.ops.kda.chunk_bwd",),
+        keywords=(
+            "q",
+            "k",
+            "v",
+            "do",
+            "A",
+            "scale",
+            "cu_seqlens",
+            "chunk_size",
+            "chunk_indices",
+        ),
+        used_by="the kda chain's backward (dAqk and the intra-chunk dv)",
+        family="kda",
+    ),
+    FlaSymbol(
+        key="chunk_gated_delta_rule_bwd_dhu",
+        name="chunk_gated_delta_rule_bwd_dhu",
+        modules=("fla.ops.common.chunk_delta_h",),
+        keywords=(
+            "q",
+            "k",
+            "w",
+            "gk",
+            "h0",
+            "dht",
+            "do",
+            "dv",
+            "scale",
+            "cu_seqlens",
+            "chunk_size",
+            "chunk_indices",
+            "state_v_first",
+        ),
+        used_by="the kda chain's backward (state gradients dh, dh0 and the inter-chunk dv)",
+        family="kda",
+    ),
+    FlaSymbol(
+        key="chunk_kda_bwd_wy_dqkg_fused",
+        name="chunk_kda_bwd_wy_dqkg_fused",
+        modules=("fla.ops.kda.chunk_bwd",),
+        keywords=(
+            "q",
+            "k",
+            "v",
+            "v_new",
+            "g",
+            "beta",
+            "A",
+            "h",
+            "do",
+            "dh",
+            "dv",
+            "scale",
+            "cu_seqlens",
+            "chunk_size",
+            "chunk_indices",
+            "state_v_first",
+        ),
+        used_by="the kda chain's backward (dq, dk, dv, dbeta, dg, dAkk through the WY form)",
+        family="kda",
+    ),
+    FlaSymbol(
+        key="chunk_local_cumsum",
+        name="chunk_local_cumsum",
+        modules=("fla.ops.utils.cumsum", "fla.ops.utils"),
+        keywords=("chunk_size", "reverse", "cu_seqlens", "chunk_indices"),
+        used_by="the kda chain's backward (reverse cumulative sum of dg)",
+        family="kda",
+    ),
+    FlaSymbol(
+        key="kda_gate_bwd",
+        name="kda_gate_bwd",
+        modules=("fla.ops.kda.gate",),
+        keywords=("g", "A_log", "dt_bias", "dyg", "lower_bound"),
+        used_by="the kda chain's backward (dg, dA_log, ddt_bias through the gate)",
+        family="kda",
+    ),
+    FlaSymbol(
+        key="l2norm_bwd",
+        name="l2norm_bwd",
+        modules=("fla.modules.norm.l2norm", "fla.modules.l2norm"),
+        keywords=("y", "rstd", "dy"),
+        used_by="the kda chain's backward (dq, dk through the q/k L2 norm)",
+        family="kda",
+    ),
+    FlaSymbol(
+        key="fused_beta_sigmoid_bwd",
+        name="fused_beta_sigmoid_bwd",
+        modules=("fla.ops.common.gate",),
+        keywords=("x", "dy", "scale"),
+        used_by="the kda chain's backward (dbeta through beta's sigmoid)",
+        family="kda",
+    ),
+    FlaSymbol(
+        key="prepare_chunk_indices",
+        name="prepare_chunk_indices",
+        modules=("fla.ops.utils.index", "fla.ops.utils"),
+        keywords=("cu_seqlens", "chunk_size", "cu_seqlens_cpu"),
+        used_by="the kda chain (chunk indices of a packed batch)",
+        family="kda",
     ),
 )
 
@@ -288,25 +492,30 @@ def _probe(symbols: tuple[FlaSymbol, ...]) -> FlaProbe:
     return probe
 
 
-@cache
-def probe_fla() -> FlaProbe:
-    """Probe the installed fla against `FLA_SYMBOLS`, once per process (cached).
+def probe_fla(family: str | None = None) -> FlaProbe:
+    """Probe the installed fla against `FLA_SYMBOLS`, once per process and family (cached).
 
+    family: only the rows of that family ("cconv", "kda"); None probes every row.
     Imports fla and the modules the tables name; raises nothing. See `check_fla` for the
     policy applied to the result.
     """
-    return _probe(FLA_SYMBOLS)
+    return _probe_cached(family)
 
 
-def check_fla() -> bool:
-    """Verify every fla symbol and keyword this package calls. Call from warmup.
+@cache
+def _probe_cached(family: str | None) -> FlaProbe:
+    return _probe(tuple(s for s in FLA_SYMBOLS if family is None or s.family == family))
 
-    Returns True when everything is in place. Logs a warning (once) when fla's version is
+
+def check_fla(family: str | None = None) -> bool:
+    """Verify the fla symbols and keywords this package (or one `family` of it) calls.
+
+    Call from warmup and on a family's first use. Returns True when everything is in place. Logs a warning (once) when fla's version is
     not in TESTED_FLA. On drift raises `FlaDriftError` listing every problem, unless
     KERNEL_FUN_FALLBACK is on (read per call): then it logs the problems as a warning (once)
     and returns False, and the caller routes its calls to fla.
     """
-    probe = probe_fla()
+    probe = probe_fla(family)
     if probe.version not in TESTED_FLA and probe.version != "not installed":
         log_once(
             f"kernel-fun: fla {probe.version} is untested (tested: "
@@ -318,7 +527,8 @@ def check_fla() -> bool:
     summary = " | ".join(probe.problems)
     if fallback_on_drift():
         log_once(
-            f"kernel-fun: fla drift, KERNEL_FUN_FALLBACK=1 so every family calls fla: {summary}",
+            f"kernel-fun: fla drift, KERNEL_FUN_FALLBACK=1 so {family or 'every family'} "
+            f"calls fla: {summary}",
             logging.WARNING,
         )
         return False
@@ -402,7 +612,15 @@ def fla_causal_conv1d() -> Callable[..., Any]:
     return fla_original("causal_conv1d")
 
 
+def fla_chunk_kda() -> Callable[..., Any]:
+    """fla's own chunk_kda (the function object, backend dispatch included), never a patched
+    replacement. The fallback of kernel_fun.kda calls this verbatim. Same errors as
+    `fla_original`.
+    """
+    return fla_original("chunk_kda")
+
+
 def _reset_for_tests() -> None:
     """Forget the cached probe and the recorded originals."""
-    probe_fla.cache_clear()
+    _probe_cached.cache_clear()
     _ORIGINALS.clear()

@@ -307,7 +307,7 @@ def _engage() -> bool:
     """First-use bookkeeping; False when fla drift was found (then fla serves every call)."""
     support.log_versions_once()
     try:
-        return compat.check_fla()
+        return compat.check_fla(FAMILY)
     except compat.FlaDriftError as e:
         # A training step fla could run must not crash here: report loudly, fall back.
         support.log_once(f"kernel-fun cconv: {e}; falling back to fla", logging.ERROR)
@@ -516,7 +516,7 @@ def warmup(
     nothing. Returns the number of warm-up calls made (0 when our kernels are not used here,
     e.g. on a CPU-only machine).
     """
-    if not compat.check_fla() or not torch.cuda.is_available():
+    if not compat.check_fla(FAMILY) or not torch.cuda.is_available():
         return 0
     dev = torch.device("cuda", torch.cuda.current_device()) if device is None else device
     dev = torch.device(dev) if not isinstance(dev, torch.device) else dev

@@ -1,0 +1,22 @@
+"""kda: fla's chunked Kimi Delta Attention op, as the KimiDeltaAttention layer calls it.
+
+    from kernel_fun.kda import chunk_kda      # instead of fla.ops.kda's chunk_kda
+
+Same signature and return value as flash-linear-attention 0.6.0's `fla.ops.kda.chunk_kda`.
+Calls inside the supported box run the chain promoted from the ladder (`_kernels/`, see
+`_provenance.py` for the record and commit it came from); every other call is forwarded to
+fla verbatim, so the result is bit-identical to fla's there. `is_supported(...)` says which
+case a call is and why; `warmup(...)` checks the fla internals the chain relies on and fills
+the compile and autotune caches.
+
+Supported box: bf16 q, k, v, g, beta on a CUDA device of a tested architecture (sm90); the
+layer's flags (use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel and
+state_v_first all True); A_log [HV] and dt_bias [HV * K] fp32; the softplus gate, or
+safe_gate=True with lower_bound in [-5, 0); allow_neg_eigval either way; cu_seqlens (with or
+without cu_seqlens_cpu); fp32 initial_state and output_final_state; HV a multiple of H;
+K <= 256; chunk_size 64.
+"""
+
+from .ops import chunk_kda, is_supported, warmup
+
+__all__ = ["chunk_kda", "is_supported", "warmup"]

@@ -1,0 +1,296 @@
+"""GPU checks of kernel_fun.kda.chunk_kda against the float64 oracle and against fla (run:
+make gpu-test, after the kda kernels are vendored).
+
+Correctness is judged as the family judges it (ladder/kernels/kda/family.py): relative L2
+error of o, ht and every gradient against `family.reference` (float64, on the heads it
+slices) within `family.TOLERANCES`, and at most `family.ERR_RATIO_MAX` times fla's own error
+on the same inputs. Shapes are small (fla autotunes its chain for minutes on a cold machine)
+except where a test needs a long sequence.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+fla_kda = pytest.importorskip("fla.ops.kda")
+
+from kernel_fun._common import support  # noqa: E402
+from kernel_fun.kda import chunk_kda, is_supported, ops, warmup  # noqa: E402
+
+from ladder.kernels.kda import family  # noqa: E402
+
+LAYER = dict(
+    use_qk_l2norm_in_kernel=True,
+    use_gate_in_kernel=True,
+    use_beta_sigmoid_in_kernel=True,
+    state_v_first=True,
+)
+SLACK = 1e-6
+NAMES = tuple(family.TOLERANCES)  # o, ht, dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0
+
+
+@pytest.fixture(autouse=True)
+def vendored():
+    assert ops._kernels() is not None, (
+        "kernel_fun/kda/_kernels is missing: vendor the kda winner (make vendor FAMILY=kda) "
+        "before running the kda GPU tests"
+    )
+
+
+def _call_kwargs(inputs):
+    q, k, v, g, beta, A_log, dt_bias, h0, cu, _do, _dht, lower_bound, neg = inputs
+    return dict(
+        A_log=A_log, dt_bias=dt_bias, initial_state=h0, output_final_state=h0 is not None,
+        cu_seqlens=cu, safe_gate=lower_bound is not None, lower_bound=lower_bound,
+        allow_neg_eigval=neg, **LAYER,
+    )  # fmt: skip
+
+
+class _Through:
+    """The family's entry points over a chunk_kda-like function, through autograd."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def kda_fwd(self, q, k, v, g, beta, A_log, dt_bias, scale, h0, output_final_state, cu,
+                lower_bound, safe_gate, neg):  # fmt: skip
+        leaves = [None if t is None else t.detach().requires_grad_()
+                  for t in (q, k, v, g, beta, A_log, dt_bias, h0)]  # fmt: skip
+        o, ht = self.fn(
+            *leaves[:5], scale=scale, initial_state=leaves[7],
+            output_final_state=output_final_state, cu_seqlens=cu, safe_gate=safe_gate,
+            lower_bound=lower_bound, allow_neg_eigval=neg, A_log=leaves[5],
+            dt_bias=leaves[6], **LAYER,
+        )  # fmt: skip
+        return o, ht, (leaves, o, ht)
+
+    def kda_bwd(self, ctx, do, dht):
+        leaves, o, ht = ctx
+        outs, grads = [o], [do]
+        if ht is not None:
+            outs.append(ht)
+            grads.append(dht)
+        wrt = [t for t in leaves if t is not None]
+        got = iter(torch.autograd.grad(outs, wrt, grads))
+        res = [None if t is None else next(got) for t in leaves]
+        return tuple(res)
+
+
+OURS, FLA = _Through(chunk_kda), _Through(fla_kda.chunk_kda)
+
+
+def _poison(specs):
+    for shape, dtype in specs:
+        torch.full(shape, float("nan"), dtype=dtype, device="cuda")
+
+
+def _rel(a: torch.Tensor, ref: torch.Tensor) -> float:
+    if ref.numel() == 0:
+        return 0.0
+    return float((a.double() - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+def _check_against_oracle(shape: family.Shape, seed: int = 0) -> dict[str, tuple]:
+    inputs = family.make_inputs(shape, "cuda", seed)
+    ok, reason = is_supported(*inputs[:5], **_call_kwargs(inputs))
+    assert ok, reason
+    ref = family.reference(*inputs)
+    ours = family.run(OURS, inputs, _poison)
+    theirs = family.run(FLA, inputs, _poison)
+    errs = {}
+    for name, a, b, r in zip(NAMES, ours, theirs, ref, strict=True):
+        if r.numel() == 0:
+            continue
+        assert torch.isfinite(a).all(), f"{shape.name}: {name} has non-finite values"
+        e_ours, e_fla = _rel(a, r), _rel(b, r)
+        errs[name] = (e_ours, e_fla)
+        assert e_ours <= family.TOLERANCES[name], (shape.name, name, errs[name])
+        assert e_ours <= family.ERR_RATIO_MAX * e_fla + SLACK, (shape.name, name, errs[name])
+    assert not family.contract_problems(ours, inputs)
+    return errs
+
+
+S = family.Shape
+SHAPES = [
+    S("dense", 2, 256, 4, 4, 128, 128),
+    S("dense-v256", 1, 192, 2, 2, 128, 256),
+    S("t-not-64", 2, 200, 2, 2, 128, 128),
+    S("varlen-ones", 1, 300, 2, 2, 128, 128, case="varlen",
+      lengths=(1, 64, 1, 100, 3, 1, 130)),
+    S("gva", 2, 256, 2, 4, 128, 128, case="gva"),
+    S("state", 2, 150, 2, 2, 128, 128, case="state", state=True),
+    S("varlen-state", 1, 200, 2, 2, 128, 128, case="state", state=True,
+      lengths=(1, 120, 79)),
+    S("lower-bound", 2, 256, 2, 2, 128, 128, case="lower_bound", lower_bound=-5.0),
+    S("neg-eigval", 2, 256, 2, 2, 128, 128, case="neg_eigval", allow_neg_eigval=True,
+      g_mean=1.0, beta_mean=6.0),
+    S("deep-gate", 2, 300, 2, 2, 128, 128, case="state", state=True, g_mean=6.0,
+      beta_mean=6.0),
+    S("small-k", 2, 100, 2, 2, 32, 32),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=[s.name for s in SHAPES])
+def test_against_the_float64_oracle_and_fla(shape):
+    _check_against_oracle(shape)
+
+
+def test_deep_gate_shape_is_deep():
+    """The deep-gate shape really has gates far below -80 nat per 16 tokens, beta near 1."""
+    shape = next(s for s in SHAPES if s.name == "deep-gate")
+    q, k, v, g, beta, A_log, dt_bias = family.make_inputs(shape, "cuda", 0)[:7]
+    HV, K = g.shape[2], g.shape[3]
+    gate = -A_log.exp().view(HV, 1) * torch.nn.functional.softplus(g.float() + dt_bias.view(HV, K))
+    per16 = gate[:, : (shape.T // 16) * 16].unflatten(1, (-1, 16)).sum(2)
+    assert per16.median() < -80
+    assert torch.sigmoid(beta.float()).median() > 0.99
+
+
+def _grads(fn, inputs, **extra):
+    q, k, v, g, beta, A_log, dt_bias, h0 = (
+        None if t is None else t.detach().requires_grad_() for t in inputs[:8]
+    )
+    kw = {**_call_kwargs(inputs), "A_log": A_log, "dt_bias": dt_bias, "initial_state": h0}
+    o, ht = fn(q, k, v, g, beta, **{**kw, **extra})
+    outs, gr = [o], [inputs[9]]
+    if ht is not None:
+        outs.append(ht)
+        gr.append(inputs[10])
+    torch.autograd.backward(outs, gr)
+    return [o, ht] + [t.grad for t in (q, k, v, g, beta, A_log, dt_bias, h0) if t is not None]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{"chunk_size": 32}, {"disable_recompute": True}, {"use_qk_l2norm_in_kernel": False}],
+    ids=["chunk32", "no-recompute", "no-l2norm"],
+)
+def test_fallback_is_bit_identical_to_fla(extra):
+    inputs = family.make_inputs(S("fb", 2, 130, 2, 2, 64, 64, state=True), "cuda", 1)
+    assert not is_supported(*inputs[:5], **{**_call_kwargs(inputs), **extra})[0]
+    ours = _grads(chunk_kda, inputs, **extra)
+    theirs = _grads(fla_kda.chunk_kda, inputs, **extra)
+    for a, b in zip(ours, theirs, strict=True):
+        assert (a is None and b is None) or torch.equal(a, b)
+
+
+def test_disable_switch_is_bit_identical(monkeypatch):
+    inputs = family.make_inputs(S("sw", 2, 130, 2, 2, 64, 64), "cuda", 2)
+    monkeypatch.setenv("KERNEL_FUN_KDA_DISABLE", "1")
+    ours = _grads(chunk_kda, inputs)
+    theirs = _grads(fla_kda.chunk_kda, inputs)
+    for a, b in zip(ours, theirs, strict=True):
+        assert (a is None and b is None) or torch.equal(a, b)
+
+
+def test_supported_call_never_reaches_fla(monkeypatch):
+    def no_fla():
+        raise AssertionError("fla fallback taken for a supported call")
+
+    monkeypatch.setattr(ops.compat, "fla_chunk_kda", no_fla)
+    inputs = family.make_inputs(S("own", 2, 130, 2, 2, 64, 64), "cuda", 3)
+    out = _grads(chunk_kda, inputs)
+    assert out[0].dtype == torch.bfloat16 and out[0].shape == inputs[2].shape
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_tensors_on_a_device_that_is_not_the_current_one():
+    shape = S("dev1", 2, 130, 2, 2, 64, 64, state=True)
+    inputs = family.make_inputs(shape, "cuda:1", 4)
+    assert torch.cuda.current_device() == 0
+    ours = _grads(chunk_kda, inputs)
+    theirs = _grads(fla_kda.chunk_kda, inputs)
+    assert all(t is None or t.device == torch.device("cuda", 1) for t in ours)
+    for a, b in zip(ours, theirs, strict=True):
+        if a is not None:
+            assert _rel(a, b.double()) < 2e-2
+
+
+class _Layer(torch.nn.Module):
+    def __init__(self, A_log, dt_bias):
+        super().__init__()
+        self.A_log = torch.nn.Parameter(A_log.clone())
+        self.dt_bias = torch.nn.Parameter(dt_bias.clone())
+
+    def forward(self, q, k, v, g, beta):
+        return chunk_kda(q, k, v, g, beta, A_log=self.A_log, dt_bias=self.dt_bias, **LAYER)[0]
+
+
+def test_cuda_graph_capture_of_a_warm_shape_replays(monkeypatch):
+    inputs = family.make_inputs(S("graph", 2, 256, 2, 2, 128, 128), "cuda", 5)
+    mod = _Layer(inputs[5], inputs[6])
+    do = inputs[9]
+
+    def leaves():
+        return tuple(t.detach().requires_grad_() for t in inputs[:5])
+
+    def eager():
+        xs = leaves()
+        o = mod(*xs)
+        o.backward(do)
+        return [o.detach().clone()] + [x.grad.clone() for x in xs] + [mod.A_log.grad.clone()]
+
+    ref = eager()  # the eager forward and backward that make the shape capturable
+    mod.zero_grad(set_to_none=True)
+
+    def no_fla():
+        raise AssertionError("fla fallback taken under capture")
+
+    monkeypatch.setattr(ops.compat, "fla_chunk_kda", no_fla)
+    graphed = torch.cuda.make_graphed_callables(mod, leaves())
+    for _ in range(2):
+        mod.zero_grad(set_to_none=True)
+        xs = leaves()
+        o = graphed(*xs)
+        o.backward(do)
+        torch.cuda.synchronize()
+        got = [o] + [x.grad for x in xs] + [mod.A_log.grad]
+        for a, b in zip(got, ref, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3)
+
+
+def test_capture_of_a_cold_shape_goes_to_fla():
+    inputs = family.make_inputs(S("cold", 1, 333, 3, 3, 64, 96), "cuda", 6)
+    q, v = inputs[0], inputs[2]
+    options = ops._options(
+        None, None, False, True, True, True, False, False, None, False, False, True, None,
+        None, None, False, None,
+    )  # fmt: skip
+    sig = ops._warm_sig(q, v, options)
+    assert support.capture_unsupported_reason(sig, False) is None
+    stream = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    kwargs = {"A_log": inputs[5], "dt_bias": inputs[6]}
+    with torch.no_grad(), torch.cuda.stream(stream):
+        with torch.cuda.graph(graph, stream=stream):
+            reason = ops._unsupported_reason(*inputs[:5], options, kwargs)
+            q.sum()
+    assert reason is not None and "capture" in reason
+
+
+def test_warmup_then_new_lengths_do_not_autotune(monkeypatch):
+    from triton.runtime import autotuner
+
+    B, H, K, V, T_max = 4, 16, 128, 128, 8192  # B * T * H reaches 8 l2norm buckets
+    assert len(ops.warm_lengths(B, H, T_max)) >= 8
+    calls = warmup(H, H, K, V, B=B, T_max=T_max)
+    assert calls == len(ops.warm_lengths(B, H, T_max))
+    benched = []
+    real = autotuner.Autotuner._bench
+
+    def counting(self, *args, **kwargs):
+        benched.append(getattr(self.fn, "__name__", "?"))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(autotuner.Autotuner, "_bench", counting)
+    rng = random.Random(7)
+    for T in [rng.randint(1, T_max) for _ in range(6)] + [T_max]:
+        inputs = family.make_inputs(S("new-T", B, T, H, H, K, V), "cuda", T)
+        _grads(chunk_kda, inputs)
+    torch.cuda.synchronize()
+    assert benched == [], f"autotuned after warmup: {sorted(set(benched))}"
