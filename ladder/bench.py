@@ -19,6 +19,11 @@ How it measures (docs/DESIGN.md "Bench records"):
    these are the zero-argument callables of the family's ``timed(impl, inputs)`` (made once
    per rotated input set, outside the timed window), for the idea and for ``BASELINE``.
 
+4. Per shape, after its timings: host time per call (ladder.timing.host_time_us: fwd under
+   ``torch.no_grad`` and fwd+bwd with autograd, candidate and baseline, and ``x.mul(1.0)``
+   on the first input as the floor, interleaved in one run with the GPU kept busy) and, on a
+   GPU, the peak memory of one fwd+bwd per side (ladder.timing.cuda_peak_bytes).
+
 Only the shapes whose case the idea implements (its ``CASES``) are run and recorded.
 
 The record is written once, at the end, by an exclusive create: an interrupted bench leaves
@@ -65,6 +70,11 @@ ROTATE_L2_FACTOR = 3.0  # input sets per timed block cover at least this many L2
 MAX_ROTATION_SETS = 64
 COPY_MIN_BYTES = 512 << 20
 BENCH_SHAPE_SETS = ("prod", "sweep", "all")
+HOST_CALLS = 20  # back-to-back calls per host-time block
+HOST_ROUNDS = 5
+HOST_DIRECTIONS = ("fwd", "fwdbwd")
+# What a record keeps of a shape only when every shape was correct and all was measured.
+MEASURED_KEYS = ("fwd", "bwd", "fwdbwd", "host_us", "peak_mem_bytes")
 
 
 @dataclass
@@ -329,6 +339,7 @@ class GpuRuntime:
             clock=timing.CudaClock(),
             l2_bytes=l2,
             copy_bytes=max(COPY_MIN_BYTES, int(ROTATE_L2_FACTOR * l2)),
+            peak_bytes=timing.cuda_peak_bytes,
         )
 
 
@@ -360,11 +371,19 @@ def _tbps(nbytes: int, ms: float) -> float:
 
 
 def measure(
-    state: BenchState, *, device: Any, clock: timing.Clock, l2_bytes: int, copy_bytes: int
+    state: BenchState,
+    *,
+    device: Any,
+    clock: timing.Clock,
+    l2_bytes: int,
+    copy_bytes: int,
+    peak_bytes: Callable[[Callable[[], Any]], int] | None = None,
 ) -> None:
-    """Correctness of every shape, then (all passed) the copy ceiling and every timing, on
-    ``device`` with ``clock``; fills ``state`` (entries, copy, status). Input sets rotate to
-    cover ROTATE_L2_FACTOR * l2_bytes per block. Exceptions propagate."""
+    """Correctness of every shape, then (all passed) the copy ceiling, every timing and the
+    host time per call, on ``device`` with ``clock``; fills ``state`` (entries, copy,
+    status). Input sets rotate to cover ROTATE_L2_FACTOR * l2_bytes per block.
+    ``peak_bytes(fn)``: the peak memory of one call (timing.cuda_peak_bytes on a GPU); None
+    leaves ``peak_mem_bytes`` out of the record. Exceptions propagate."""
     import torch
 
     fam, idea, opts = state.family, state.idea, state.options
@@ -399,7 +418,7 @@ def measure(
 
     for i, (shape, entry) in enumerate(zip(state.shapes, state.entries, strict=True)):
         seed = state.seed + 1000 * (i + 1)
-        copy_ms += _time_shape(state, shape, entry, seed, dev, l2, clock, block, copy)
+        copy_ms += _time_shape(state, shape, entry, seed, dev, l2, clock, block, copy, peak_bytes)
         if dev.type == "cuda":
             torch.cuda.empty_cache()
 
@@ -424,11 +443,13 @@ def _time_shape(
     clock: timing.Clock,
     block: Callable[[str], Callable[[str, int], None]],
     copy: Callable[[int], Any],
+    peak_bytes: Callable[[Callable[[], Any]], int] | None,
 ) -> list[float]:
     """Time fwd, bwd and fwd+bwd of one shape, candidate vs baseline, each interleaved with
-    the device copy; fill ``entry`` (all but fraction_of_copy). The callables come from the
-    family's ``timed(impl, inputs)``, one plan per rotated input set. Returns the copy's
-    times."""
+    the device copy; then host time per call and (with ``peak_bytes``) the peak memory of
+    one fwd+bwd per side. Fills ``entry`` (all but fraction_of_copy). The callables come
+    from the family's ``timed(impl, inputs)``, one plan per rotated input set. Returns the
+    copy's times."""
     fam, opts = state.family, state.options
     n_sets = max(
         1, min(MAX_ROTATION_SETS, math.ceil(ROTATE_L2_FACTOR * l2 / fam.min_bytes(shape, "bwd")))
@@ -470,7 +491,49 @@ def _time_shape(
             res["baseline_TBps"] = _tbps(mb, base["median"])
         entry[direction] = res
         copy_ms += ms["copy"]
+    state.progress(f"{shape.name}: host time and peak memory", 0)
+    entry["host_us"] = _host_us(sets, caller, clock)
+    if peak_bytes is not None:
+        entry["peak_mem_bytes"] = {
+            side: int(peak_bytes(plans[side][0]["fwdbwd"])) for side in sides
+        }
     return copy_ms
+
+
+def _host_us(
+    sets: list[tuple], caller: Callable[[str, str], Callable[[int], Any]], clock: timing.Clock
+) -> dict[str, Any]:
+    """Host time per call (timing.host_time_us) of each side's fwd without autograd and
+    fwd+bwd with it, and of ``x.mul(1.0)`` on the family's first input (a one-kernel torch
+    op: the floor a call pays in Python and launch overhead), all in one interleaved run."""
+    import torch
+
+    def no_grad(fn: Callable[[int], Any]) -> Callable[[int], Any]:
+        def call(k: int) -> Any:
+            with torch.no_grad():
+                return fn(k)
+
+        return call
+
+    firsts = [s[0] for s in sets]
+    fns = {
+        f"{d}.{side}": (no_grad if d == "fwd" else _same)(caller(side, d))
+        for d in HOST_DIRECTIONS
+        for side in ("candidate", "baseline")
+    }
+    if all(isinstance(x, torch.Tensor) for x in firsts):
+        fns["torch_op"] = no_grad(lambda k: firsts[k % len(firsts)].mul(1.0))
+    us = timing.host_time_us(fns, calls=HOST_CALLS, rounds=HOST_ROUNDS, clock=clock)
+    out: dict[str, Any] = {"calls": HOST_CALLS, "rounds": HOST_ROUNDS}
+    for d in HOST_DIRECTIONS:
+        out[d] = {side: us[f"{d}.{side}"] for side in ("candidate", "baseline")}
+    if "torch_op" in us:
+        out["torch_op"] = us["torch_op"]
+    return out
+
+
+def _same(fn: Callable[[int], Any]) -> Callable[[int], Any]:
+    return fn
 
 
 def _no_poison(specs: list) -> None:
@@ -593,6 +656,11 @@ def run_bench(
     error: str | None = None
     try:
         rt.measure(state)
+    except NotImplementedError as exc:  # a scaffold: nothing to record
+        raise LadderError(
+            f"not written yet: {(str(exc).strip().splitlines() or [''])[0]}; nothing benched "
+            f"(`python -m ladder check {opts.family} {prepared.folder}` shows what is missing)"
+        ) from None
     except Exception as exc:  # an "error" record; BaseException (Ctrl-C) propagates
         state.status = "error"
         error = _error_text(exc)
@@ -603,9 +671,7 @@ def run_bench(
         error = error or "the measurement ended without a result"
     entries = state.entries
     if state.status != "passed":
-        entries = [
-            {k: v for k, v in e.items() if k not in ("fwd", "bwd", "fwdbwd")} for e in entries
-        ]
+        entries = [{k: v for k, v in e.items() if k not in MEASURED_KEYS} for e in entries]
     created = datetime.now(timezone.utc).replace(microsecond=0)
     record_id = new_record_id(created, csha, lambda rid: (out_dir / f"{rid}.json").exists())
     rec: dict[str, Any] = {

@@ -39,7 +39,9 @@ __all__ = [
 class BoardRow:
     """One idea. Times in ms at the prod shape (candidate and fla), ratios fla/candidate
     (> 1: faster than fla), fractions of the record's copy ceiling, err_ratio the worst over
-    outputs and shapes. Everything is None when the idea has no record on the device.
+    outputs and shapes. Host time per call in us (fwd without autograd, fwd+bwd with it, and
+    the torch-op floor) and peak memory of one fwd+bwd in bytes, at prod, where the record
+    has them. Everything is None when the idea has no record on the device.
     baseline: the idea is the family's baseline (``000-*``), shown but never promotable;
     stale_why: for a stale record, which files differ from the record's code."""
 
@@ -66,6 +68,13 @@ class BoardRow:
     winner: bool = False
     baseline: bool = False
     stale_why: str | None = None
+    host_fwd_us: float | None = None
+    fla_host_fwd_us: float | None = None
+    host_fwdbwd_us: float | None = None
+    fla_host_fwdbwd_us: float | None = None
+    torch_op_us: float | None = None
+    peak_mem_bytes: int | None = None
+    fla_peak_mem_bytes: int | None = None
 
 
 @dataclass
@@ -187,7 +196,25 @@ def row_for(folder: str, recs: list[dict], is_current: Any, explain: Any = None)
             setattr(row, f"fla_{direction}_ms", t["baseline_ms"]["median"])
             setattr(row, f"{direction}_ratio", t["ratio"])
             setattr(row, f"{direction}_fraction_of_copy", t["fraction_of_copy"])
+        host = prod.get("host_us")
+        if host:
+            row.host_fwd_us = host["fwd"]["candidate"]
+            row.fla_host_fwd_us = host["fwd"]["baseline"]
+            row.host_fwdbwd_us = host["fwdbwd"]["candidate"]
+            row.fla_host_fwdbwd_us = host["fwdbwd"]["baseline"]
+            row.torch_op_us = host.get("torch_op")
+        mem = prod.get("peak_mem_bytes")
+        if mem:
+            row.peak_mem_bytes = mem["candidate"]
+            row.fla_peak_mem_bytes = mem["baseline"]
     return row
+
+
+def _pair(a: float | None, b: float | None, scale: float, spec: str) -> str:
+    """ "a/b" scaled and formatted; "-" when the record lacks them."""
+    if a is None or b is None:
+        return "-"
+    return f"{format(a / scale, spec)}/{format(b / scale, spec)}"
 
 
 def _tbps(min_bytes: int, ms: float) -> float:
@@ -331,6 +358,8 @@ def _board_table(board: Board) -> Any:
         ("device", "left"),
         ("date", "left"),
         ("code unchanged\nsince", "left"),
+        ("host us\nfwd (fla)", "right"),
+        ("peak MiB\n(fla)", "right"),
     ]:
         table.add_column(col, justify=justify, no_wrap=True)
     for r in board.rows:
@@ -351,6 +380,8 @@ def _board_table(board: Board) -> Any:
             r.device or "-",
             (r.created or "-")[:10],
             r.code_unchanged_since or "-",
+            _pair(r.host_fwd_us, r.fla_host_fwd_us, 1.0, ".0f"),
+            _pair(r.peak_mem_bytes, r.fla_peak_mem_bytes, float(1 << 20), ".0f"),
         )
     return table
 
@@ -375,6 +406,11 @@ def _stacked_lines(board: Board) -> list[str]:
                 f"    {d} {_fmt(ms, '.4f')} ms  fla {_fmt(fla, '.4f')} ms  "
                 f"ratio {_fmt(getattr(r, f'{d}_ratio'), '.3f')}  "
                 f"{_pct(getattr(r, f'{d}_fraction_of_copy'))}% of copy"
+            )
+        if r.host_fwd_us is not None or r.peak_mem_bytes is not None:
+            lines.append(
+                f"    host us fwd {_pair(r.host_fwd_us, r.fla_host_fwd_us, 1.0, '.0f')}  "
+                f"peak MiB {_pair(r.peak_mem_bytes, r.fla_peak_mem_bytes, float(1 << 20), '.0f')}"
             )
         lines.append(f"    {r.device or '-'}  {(r.created or '-')[:10]}")
         lines.append(f"    code unchanged since {r.code_unchanged_since or '-'}")

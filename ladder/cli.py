@@ -1,4 +1,5 @@
-"""The ladder command line: ``python -m ladder {new,check,bench,knobs,show,compare,board,winner}``.
+"""The ladder command line: ``python -m ladder
+{new,new-family,check,bench,knobs,show,compare,board,winner}``.
 
 Usage errors (unknown family or idea, an idea without its entry points, a --knob the idea
 never reads, no GPU for a GPU command, a dirty tree) print one line on stderr saying what is
@@ -107,6 +108,23 @@ def new(
     typer.echo(
         f"next: write the entry points in {dest.name}/kernel.py and the hypothesis in "
         f"NOTES.md, then `python -m ladder check {family} {dest.name[:3]}`"
+    )
+
+
+@app.command("new-family")
+@_guard
+def new_family(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Family name, a lower-case identifier, e.g. kda.")],
+) -> None:
+    """Scaffold a family: family.py with every protocol hook, and ideas/000-fla."""
+    from ladder.scaffold import new_family as scaffold_family
+
+    dest = scaffold_family(name, _root(ctx))
+    typer.echo(f"created {dest}")
+    typer.echo(
+        f'next: write every hook in {dest.name}/family.py (docs/DESIGN.md "The family '
+        f'contract"), then `python -m ladder new {name} <slug>` for idea 001'
     )
 
 
@@ -338,6 +356,9 @@ def render_record(rec: dict, out: Any) -> None:
         "fwd+bwd x",
         "err ratio",
         "ok",
+        "host us fwd (fla)",
+        "host us f+b (fla)",
+        "peak MiB (fla)",
     ):
         table.add_column(col, justify="left" if col == "shape" else "right")
     for s in rec["shapes"]:
@@ -358,7 +379,15 @@ def render_record(rec: dict, out: Any) -> None:
         ratios = [v for v in (s["correctness"].get("err_ratio") or {}).values() if v is not None]
         cells.append(f"{max(ratios):.3f}" if ratios else "-")
         cells.append("yes" if s["correctness"]["passed"] else "NO")
+        host, mem = s.get("host_us"), s.get("peak_mem_bytes")
+        for d in ("fwd", "fwdbwd"):
+            cells.append(f"{host[d]['candidate']:.0f} ({host[d]['baseline']:.0f})" if host else "-")
+        mib = float(1 << 20)
+        cells.append(f"{mem['candidate'] / mib:.0f} ({mem['baseline'] / mib:.0f})" if mem else "-")
         table.add_row(*cells)
+    floor = [s["host_us"]["torch_op"] for s in rec["shapes"] if "torch_op" in s.get("host_us", {})]
+    if floor:
+        out.print(f"host us of one torch op (x.mul(1.0)), the floor: {min(floor):.0f}")
     out.print(table)
     score = records.prod_ratio(rec)
     if score is not None:

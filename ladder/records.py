@@ -12,6 +12,15 @@ records", schema_version 1). Fields beyond docs/DESIGN.md's list:
     clocks          {"start": {...}, "end": {...}}: nvidia-smi clocks ({} when unavailable)
     shapes[i].fwdbwd {candidate_ms, baseline_ms, ratio}: fwd+bwd through autograd
     shapes[i].rotation_sets  how many input sets the timing rotated through
+    shapes[i].host_us  {calls, rounds, fwd: {candidate, baseline}, fwdbwd: {...}, torch_op}:
+                    host microseconds per call (median over rounds of ``calls`` back-to-back
+                    calls with the GPU kept busy); fwd without autograd, fwdbwd with it;
+                    torch_op is ``x.mul(1.0)`` on the first input, timed in the same run
+    shapes[i].peak_mem_bytes  {candidate, baseline}: peak CUDA memory of one fwd+bwd above
+                    what was allocated before it
+
+host_us and peak_mem_bytes appear on passed records benched since they were added; older
+records lack them (absent, never zero), and they stay schema_version 1.
 
 A shape entry's other keys are the family's shape fields (``shape_fields(shape)``, default
 the shape dataclass's fields: cconv's are name, B, T, D, W, x_dtype, w_dtype): JSON scalars
@@ -190,6 +199,26 @@ class _V:
         if "case" in shape and not isinstance(shape["case"], str):
             raise self.fail(f"{field}.case", f"expected a string, got {shape['case']!r}")
 
+    def host_us(self, shape: dict, field: str) -> None:
+        h = self.dict_(shape, "host_us", field)
+        for key in ("calls", "rounds"):
+            n = self.typed(h, key, f"{field}.{key}", (int,), "an integer")
+            if n < 1:
+                raise self.fail(f"{field}.{key}", f"expected >= 1, got {n}")
+        for direction in ("fwd", "fwdbwd"):
+            sides = self.dict_(h, direction, f"{field}.{direction}")
+            for side in ("candidate", "baseline"):
+                self.number(sides, side, f"{field}.{direction}.{side}", positive=True)
+        if "torch_op" in h:
+            self.number(h, "torch_op", f"{field}.torch_op", positive=True)
+
+    def peak_mem(self, shape: dict, field: str) -> None:
+        m = self.dict_(shape, "peak_mem_bytes", field)
+        for side in ("candidate", "baseline"):
+            n = self.typed(m, side, f"{field}.{side}", (int,), "an integer")
+            if n < 0:
+                raise self.fail(f"{field}.{side}", f"expected >= 0 bytes, got {n}")
+
     def correctness(self, obj: dict, field: str) -> bool:
         c = self.dict_(obj, "correctness", field)
         for key in OUTPUT_ERR_KEYS:
@@ -285,6 +314,15 @@ def validate_record(rec: dict) -> None:
                 v.timing(shape, direction, f"{f}.{direction}", full=direction != "fwdbwd")
             elif timed:
                 raise v.fail(f"{f}.{direction}", f"a {status} record carries no timing")
+        for key in ("host_us", "peak_mem_bytes"):  # added later: absent in older records
+            if key not in shape:
+                continue
+            if status != "passed":
+                raise v.fail(f"{f}.{key}", f"a {status} record carries no measurement")
+            if key == "host_us":
+                v.host_us(shape, f"{f}.host_us")
+            else:
+                v.peak_mem(shape, f"{f}.peak_mem_bytes")
         if status == "passed" and not passed:
             raise v.fail(f"{f}.correctness.passed", "false on a passed record")
     if status == "incorrect" and not any_failed:

@@ -16,6 +16,14 @@ timed calls the CUDA clock queues a GPU sleep somewhat longer than the host need
 that callable's previous block, so the timed calls run back to back from a full queue: the
 times are device time, not the host's launch overhead (which would otherwise dominate small
 shapes, as it does not in a model whose host runs ahead of the GPU).
+
+:func:`host_time_us` measures the other side: the host's cost per call (Python, argument
+checks, launches), which bounds a small call in a model where the GPU waits on the host.
+Each block queues the same GPU sleep first, so launches never wait on the device, then times
+``calls`` back-to-back calls with ``time.perf_counter``; the synchronize that drains the
+queue comes after the timed window. The per-call median over blocks is reported in us.
+:func:`cuda_peak_bytes` is the memory side: the allocator's peak during one call above what
+was allocated before it.
 """
 
 from __future__ import annotations
@@ -25,7 +33,16 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-__all__ = ["Clock", "CudaClock", "WallClock", "percentile", "summarize", "time_interleaved"]
+__all__ = [
+    "Clock",
+    "CudaClock",
+    "WallClock",
+    "cuda_peak_bytes",
+    "host_time_us",
+    "percentile",
+    "summarize",
+    "time_interleaved",
+]
 
 
 class Clock(Protocol):
@@ -74,6 +91,10 @@ class CudaClock:
             pairs[-1][1].synchronize()
         return [float(a.elapsed_time(b)) for a, b in pairs]
 
+    def settle(self) -> None:
+        """Wait for the device to drain (outside any timed window)."""
+        self._torch.cuda.synchronize()
+
 
 class WallClock:
     """Host wall time (``time.perf_counter``); for tests and CPU-only callables."""
@@ -85,6 +106,9 @@ class WallClock:
         return [(b - a) * 1e3 for a, b in pairs]
 
     def before_block(self, host_ms: float | None) -> None:
+        return None
+
+    def settle(self) -> None:
         return None
 
 
@@ -156,3 +180,54 @@ def summarize(ms: Sequence[float]) -> dict[str, float | int]:
         "p80": percentile(ms, 80),
         "n": len(ms),
     }
+
+
+def host_time_us(
+    fns: Mapping[str, Callable[[int], Any]],
+    *,
+    calls: int,
+    rounds: int,
+    clock: Clock | None = None,
+) -> dict[str, float]:
+    """Host microseconds per call of each callable (module docstring): ``rounds`` blocks per
+    name, interleaved and alternating in order, each ``calls`` back-to-back calls after the
+    clock's ``before_block`` (a queued GPU sleep on CUDA) and timed on the host only; the
+    clock's ``settle()`` (a synchronize) follows each block, untimed. fns: {name: f(i)}, i
+    counting each name's calls. Returns {name: median over blocks of block time / calls}.
+    Raises ValueError on a non-positive calls or rounds."""
+    if calls < 1 or rounds < 1:
+        raise ValueError(f"calls and rounds must be >= 1, got {calls}, {rounds}")
+    clk = clock if clock is not None else CudaClock()
+    names = list(fns)
+    count = dict.fromkeys(names, 0)
+    host_ms: dict[str, float | None] = dict.fromkeys(names)
+    per_call: dict[str, list[float]] = {n: [] for n in names}
+    settle = getattr(clk, "settle", None)
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            fn = fns[name]
+            clk.before_block(host_ms[name])
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn(count[name])
+                count[name] += 1
+            elapsed = time.perf_counter() - t0
+            if settle is not None:
+                settle()
+            host_ms[name] = elapsed * 1e3
+            per_call[name].append(elapsed * 1e6 / calls)
+    return {n: percentile(v, 50) for n, v in per_call.items()}
+
+
+def cuda_peak_bytes(fn: Callable[[], Any]) -> int:
+    """Peak bytes the CUDA caching allocator held during one ``fn()`` above what was
+    allocated before it (``torch.cuda.max_memory_allocated`` after resetting the peak),
+    on the current device; the call is synchronized on both sides."""
+    import torch
+
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return max(0, int(torch.cuda.max_memory_allocated()) - int(before))

@@ -265,7 +265,8 @@ def test_new_for_cconv_uses_its_entry_points(tmp_path: Path) -> None:
     shutil.copy(REPO / "ladder/kernels/cconv/family.py", fam / "family.py")
     result = run("new", "cconv", "first-try", root=tmp_path / "repo")
     assert result.exit_code == 0, result.output
-    text = (fam / "ideas" / "000-first-try" / "kernel.py").read_text()
+    # the first idea of a family is 001: 000 is the baseline's number
+    text = (fam / "ideas" / "001-first-try" / "kernel.py").read_text()
     assert "def cconv_fwd(x, w):" in text and "def cconv_bwd(x, w, dy):" in text
 
 

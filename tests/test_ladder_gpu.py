@@ -60,6 +60,12 @@ def test_bench_prod_end_to_end(tmp_path: Path) -> None:
         # nothing moves its minimum bytes much faster than a plain device copy
         assert 0 < t["fraction_of_copy"] < 1.3
     assert prod["fwdbwd"]["candidate_ms"]["median"] > 0
+    # one fwd+bwd at prod holds at least its outputs y, dx (2 x 512 MiB of bf16) at its peak
+    for side in ("candidate", "baseline"):
+        assert prod["peak_mem_bytes"][side] >= 2 * 16 * 8192 * 2048 * 2
+        for d in ("fwd", "fwdbwd"):
+            assert 0 < prod["host_us"][d][side] < 100_000
+    assert 0 < prod["host_us"]["torch_op"] < prod["host_us"]["fwdbwd"]["baseline"]
     assert records.prod_ratio(rec) is not None
     assert sorted(p.name for p in idea_records.iterdir()) == before
 

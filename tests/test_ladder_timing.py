@@ -83,3 +83,73 @@ def test_summarize_matches_numpy(values: list[float]) -> None:
     assert s["p20"] <= s["median"] <= s["p80"]
     with pytest.raises(ValueError):
         timing.percentile([], 50)
+
+
+class BusyClock:
+    """Records what the host-time measurement asks of a clock."""
+
+    def __init__(self) -> None:
+        self.events: list[object] = []
+
+    def mark(self) -> float:
+        raise AssertionError("host timing uses no device marks")
+
+    def elapsed_ms(self, pairs):
+        raise AssertionError("host timing reads no device times")
+
+    def before_block(self, host_ms):
+        self.events.append(("busy", host_ms))
+
+    def settle(self):
+        self.events.append("settle")
+
+
+def test_host_time_is_per_call_host_time_with_the_device_kept_busy() -> None:
+    import time
+
+    clock = BusyClock()
+    seen: dict[str, list[int]] = {"slow": [], "fast": []}
+
+    def slow(i: int) -> None:
+        seen["slow"].append(i)
+        clock.events.append("call")
+        time.sleep(0.002)
+
+    def fast(i: int) -> None:
+        seen["fast"].append(i)
+        clock.events.append("call")
+
+    us = timing.host_time_us({"slow": slow, "fast": fast}, calls=3, rounds=2, clock=clock)
+    assert set(us) == {"slow", "fast"}
+    assert 2000 <= us["slow"] < 20000  # sleeping 2 ms per call
+    assert 0 < us["fast"] < us["slow"]
+    assert seen == {"slow": [0, 1, 2, 3, 4, 5], "fast": [0, 1, 2, 3, 4, 5]}
+    # each block: keep the device busy, the calls, then drain (outside the timed window);
+    # the busy time of a name's later blocks follows its previous block's host time
+    blocks = [e for e in clock.events if e != "call"]
+    # (round 0: slow, fast; round 1 alternates: fast, slow)
+    busy = blocks[0::2]
+    assert busy[:2] == [("busy", None), ("busy", None)]
+    assert all(e == "settle" for e in blocks[1::2]) and len(blocks) == 8
+    assert busy[3][1] > 2 * 3  # slow's first block took over 6 ms on the host
+    assert 0 < busy[2][1] < busy[3][1]  # fast's took less
+    assert clock.events[:5] == [("busy", None), "call", "call", "call", "settle"]
+    with pytest.raises(ValueError, match="calls and rounds must be >= 1"):
+        timing.host_time_us({"f": fast}, calls=0, rounds=1, clock=clock)
+
+
+@pytest.mark.gpu
+def test_cuda_peak_bytes_sees_a_transient_allocation() -> None:
+    import torch
+
+    keep = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")  # allocated before: excluded
+
+    def call() -> None:
+        tmp = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+        tmp.fill_(1)
+        del tmp
+
+    peak = timing.cuda_peak_bytes(call)
+    assert 256 << 20 <= peak < (256 + 32) << 20
+    assert timing.cuda_peak_bytes(lambda: None) == 0
+    del keep
