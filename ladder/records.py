@@ -648,7 +648,8 @@ def winner(
     Promotable: not the baseline idea (``000-*``), status "passed", dirty false, device name
     containing ``device`` (case-insensitive; default the family's TARGET_DEVICE), a timed
     prod shape, and code_sha equal to ``code_sha_of(idea folder name)`` (default: the
-    working tree's code). Best: highest :func:`prod_ratio`; ties go to the earliest created,
+    working tree's code), and faster than fla at prod (prod ratio above 1: a slower idea is
+    research, not a release). Best: highest :func:`prod_ratio`; ties go to the earliest created,
     then the smallest record_id. explain(record) says why a stale record is stale (default:
     :func:`explain_stale` against the working tree when ``code_sha_of`` is the default, else
     nothing). Raises NoWinner with the reason each record was passed over.
@@ -670,6 +671,7 @@ def winner(
         "other device": 0,
         "no prod timing": 0,
         "stale": 0,
+        "not faster than fla": 0,
     }
     best: tuple[tuple, dict, float] | None = None
     stale: list[tuple[float, dict]] = []
@@ -694,6 +696,9 @@ def winner(
         if rec["code_sha"] != sha_of(folder):
             reasons["stale"] += 1
             stale.append((score, rec))
+            continue
+        if not score > 1.0:  # promoting it would make the package slower than fla
+            reasons["not faster than fla"] += 1
             continue
         key = (-score, _created(rec), rec["record_id"])
         if best is None or key < best[0]:

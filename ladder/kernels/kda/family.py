@@ -99,7 +99,12 @@ TOLERANCES = {
 }
 ERR_RATIO_MAX = 1.25
 
-VENDOR = {"package": "kernel_fun.kda", "modules": {}}
+# The promoted chain is ``kernel_fun.kda._kernels.chain`` (kda_fwd, kda_bwd), what
+# kernel_fun.kda's dispatch imports.
+VENDOR = {
+    "package": "kernel_fun.kda",
+    "modules": {"001-intra-diag-parallel": {"kernel": "chain", "intra": "intra"}},
+}
 
 CHUNK = 64
 REF_HEADS = 2  # q/k heads the oracle evaluates: the first and the last
