@@ -128,11 +128,16 @@ def test_shape_fields_default_and_hook() -> None:
     assert contract.shape_fields(Hooked, prod) == {"name": "prod", "T": 8192, "seqlens": [1, 2]}
 
 
-def test_cconv_satisfies_the_whole_protocol() -> None:
-    fam = paths.load_family("cconv", complete=True)
+@pytest.mark.parametrize("name", ["cconv", "kda"])
+def test_real_families_satisfy_the_whole_protocol(name: str) -> None:
+    fam = paths.load_family(name, complete=True)
     for ep in fam.ENTRY_POINTS:
         assert callable(getattr(fam.BASELINE, ep))
-    assert contract.family_cases(fam) == contract.DEFAULT_CASES
+    cases = contract.family_cases(fam)
+    assert "dense" in cases
+    for group in fam.SHAPES.values():
+        for shape in group:
+            assert contract.shape_case(shape) in cases, (name, shape.name)
 
 
 # ------------------------------------------------------------------------------------------

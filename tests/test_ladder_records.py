@@ -390,3 +390,20 @@ def test_winner_ties_go_to_the_earliest_then_record_id(tmp_path: Path) -> None:
     better = _rec(created="2026-04-03T00:00:00Z", **{**kw, "fwd": (0.9, 1.5)})
     _put(root, better)
     assert records.winner("toy", root).record["record_id"] == better["record_id"]
+
+
+def test_winner_must_beat_fla_at_prod(tmp_path: Path) -> None:
+    root, shas = _tree(tmp_path)
+    kw = {"idea": "001-fast", "code_sha": shas["001-fast"]}
+    slower = _rec(fwd=(1.2, 1.0), bwd=(2.4, 2.0), created="2026-05-01T00:00:00Z", **kw)
+    _put(root, slower)
+    assert records.prod_ratio(slower) < 1.0
+    with pytest.raises(records.NoWinner, match=r"1 not faster than fla"):
+        records.winner("toy", root)
+    even = _rec(fwd=(1.0, 1.0), bwd=(2.0, 2.0), created="2026-05-02T00:00:00Z", **kw)
+    _put(root, even)
+    with pytest.raises(records.NoWinner, match=r"2 not faster than fla"):
+        records.winner("toy", root)
+    faster = _rec(fwd=(0.9, 1.0), bwd=(2.0, 2.0), created="2026-05-03T00:00:00Z", **kw)
+    _put(root, faster)
+    assert records.winner("toy", root).record["record_id"] == faster["record_id"]
