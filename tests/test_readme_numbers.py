@@ -34,3 +34,42 @@ def test_readme_quotes_the_committed_prodtime_report() -> None:
         assert line in readme, line
     assert f"{layer['ratio']:.2f}x faster" in readme
     assert layer["kernel_fun"]["conv_share"] < layer["fla"]["conv_share"]
+
+
+def _shape(rec_path: str, name: str) -> dict:
+    rec = json.loads((ROOT / rec_path).read_text())
+    assert rec["status"] == "passed" and not rec["dirty"]
+    (entry,) = [s for s in rec["shapes"] if s["name"] == name]
+    return entry
+
+
+def test_readme_research_numbers_are_the_committed_records() -> None:
+    readme = (ROOT / "README.md").read_text()
+    kda = "ladder/kernels/kda/ideas/001-intra-diag-parallel/records/"
+    rows = [
+        (kda + "20261130T174535Z-f56964fc.json", "prod", "| 001 at prod B16 T8192 H16 K128 V256 |", 3, 2),
+        (kda + "20261130T174611Z-f56964fc.json", "deep-gate", "| 001 at deep-gate B4 T4000", 3, 3),
+    ]  # fmt: skip
+    for path, name, label, fwd_digits, bwd_digits in rows:
+        e = _shape(path, name)
+        f, b = e["fwd"], e["bwd"]
+        cells = (
+            f"{f['candidate_ms']['median']:.{fwd_digits}f} ({f['baseline_ms']['median']:.{fwd_digits}f}) | "
+            f"{b['candidate_ms']['median']:.{bwd_digits}f} ({b['baseline_ms']['median']:.{bwd_digits}f}) | "
+            f"{e['fwdbwd']['ratio']:.3f}x |"
+        )  # fmt: skip
+        line = next(ln for ln in readme.splitlines() if ln.startswith(label))
+        assert line.endswith(cells), (line, cells)
+    cc = "ladder/kernels/cconv/ideas/002-strip-box/records/20261130T175109Z-39e2a4a1.json"
+    for name, label in (
+        ("prod-bias-residual", "| prod with bias and residual |"),
+        ("packed-131072-d2048", "| packed B1, 131072 tokens, lengths 1..8192 |"),
+        ("prefill-state", "| prefill with initial and final state, B16 T4096 |"),
+    ):
+        e = _shape(cc, name)
+        f, b = e["fwd"], e["bwd"]
+        cells = (
+            f" {f['candidate_ms']['median']:.3f} ({f['baseline_ms']['median']:.3f}) | {f['ratio']:.2f}x"
+            f" | {b['candidate_ms']['median']:.3f} ({b['baseline_ms']['median']:.3f}) | {b['ratio']:.2f}x |"
+        )  # fmt: skip
+        assert label + cells in readme, label + cells
