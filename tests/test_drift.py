@@ -56,8 +56,19 @@ def test_not_vendored_is_advisory(tmp_path):
     assert code == 0
     assert family(payload)["status"] == "not vendored"
     assert family(payload)["vendored"] is False
+    # nothing beats the baseline yet: nothing to release, so --strict passes too
     code, payload = report(lad, "--strict")
-    assert code == 1 and payload["strict"] is True
+    assert code == 0 and payload["strict"] is True
+    assert "nothing to vendor yet" in family(payload)["problem"]
+    lad.add_record("001-first", {"TOY_K": 3}, ratio=0.9)  # slower than the baseline
+    lad.commit("record")
+    code, payload = report(lad, "--strict")
+    assert code == 0 and "not faster than fla" in family(payload)["problem"]
+    # a winner that is not vendored is what --strict refuses
+    lad.add_record("001-first", {"TOY_K": 3}, ratio=1.5)
+    lad.commit("record")
+    code, payload = report(lad, "--strict")
+    assert code == 1 and family(payload)["winner"].startswith("001-first record ")
     res = lad.drift()
     assert res.code == 0 and "toy: not vendored (`make vendor FAMILY=toy`)" in res.stdout
 

@@ -54,6 +54,8 @@ class FamilyReport:
     not_reproducible: list[str] = field(default_factory=list)
     error: str | None = None
     problem: str | None = None  # why an unvendored family cannot be vendored yet (advisory)
+    winner: str | None = None  # an unvendored family's promotable winner at HEAD, if any
+    unreadable: bool = False  # family.py at HEAD cannot be read as a family spec
 
     @property
     def status(self) -> str:
@@ -70,7 +72,9 @@ class FamilyReport:
             return 2
         if self.tampered or self.not_reproducible:
             return 1
-        if strict and (self.stale or not self.vendored):
+        # Not vendored is fatal under --strict only when there is a winner to vendor: a family
+        # whose ideas do not beat the baseline yet has nothing to release.
+        if strict and (self.stale or (not self.vendored and (self.winner or self.unreadable))):
             return 1
         return 0
 
@@ -99,6 +103,7 @@ def check_family(repo: Path, head: str, family: str) -> FamilyReport:
             report.error = f"{exc} (HEAD)"
         else:  # a family being set up: nothing to check yet, and no reason to stop the others
             report.problem = f"{exc} (HEAD)"
+            report.unreadable = True
         return report
     for rel in vl.staging_leftovers(repo, spec):
         report.tampered.append(
@@ -124,6 +129,8 @@ def check_family(repo: Path, head: str, family: str) -> FamilyReport:
                 f"missing here; restore them with `git checkout -- {spec.provenance_path} "
                 f"{spec.kernels_dir}`, or re-vendor with `make vendor FAMILY={family}`"
             )
+        else:
+            report.winner, report.problem = _unvendored_winner(repo, head, spec)
         return report
     report.vendored = True
     prov_bytes = prov_path.read_bytes()
@@ -381,6 +388,24 @@ def _winner_note(repo: Path, head: str, spec: vl.FamilySpec, record: dict[str, s
     )
 
 
+def _unvendored_winner(repo: Path, head: str, spec: vl.FamilySpec) -> tuple[str | None, str | None]:
+    """(winner, None) when a family with nothing vendored has a promotable winner at HEAD
+    ("<idea> record <id>"), else (None, why there is none)."""
+    from ladder.paths import LadderError
+    from ladder.records import NoWinner, winner
+
+    try:
+        won = winner(
+            spec.family, repo, device=spec.target_device,
+            code_sha_of=vl.code_sha_lookup(repo, head, spec),
+        )  # fmt: skip
+    except NoWinner as exc:
+        return None, f"nothing to vendor yet: {exc}"
+    except LadderError as exc:
+        return None, f"cannot rank the records at HEAD: {exc}"
+    return f"{won.idea} record {won.record['record_id']}", None
+
+
 def _tool_note(then: dict[str, Any], now: dict[str, Any]) -> str:
     changed = [k for k in sorted(set(then) | set(now)) if then.get(k) != now.get(k)]
     if not changed:
@@ -436,7 +461,12 @@ def render(console: Console, reports: list[FamilyReport], strict: bool, code: in
 @app.command()
 def main(
     strict: Annotated[
-        bool, typer.Option("--strict", help="stale or not vendored is fatal too")
+        bool,
+        typer.Option(
+            "--strict",
+            help="stale is fatal too, and so is a family not vendored that has a winner or an "
+            "unreadable family.py",
+        ),
     ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON, not a table")] = False,
     family: Annotated[
