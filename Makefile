@@ -41,7 +41,7 @@ lint:  ## ruff check + format check
 vendor:  ## promote FAMILY's winner into package/ (IDEA=NNN RECORD=id COMMIT=sha DRY_RUN=1 optional)
 	$(PY) tools/vendor.py $(FAMILY) $(if $(IDEA),--idea $(IDEA)) $(if $(RECORD),--record $(RECORD)) $(if $(COMMIT),--commit $(COMMIT)) $(if $(call on,$(DRY_RUN)),--dry-run)
 
-drift:  ## is the package what vendor makes of its recorded source? (STRICT=1: stale is fatal)
+drift:  ## is the package what vendor makes of its recorded source? (STRICT=1: stale, or a winner not vendored, is fatal)
 	$(PY) tools/drift.py $(if $(call on,$(STRICT)),--strict) $(if $(call on,$(JSON)),--json)
 
 bench:  ## bench IDEA of FAMILY on the GPU (SHAPES=prod|sweep|all; KNOBS="K=v K2=a,b" sweeps)

@@ -100,12 +100,15 @@ def main(
     idea: str = typer.Argument(..., help="idea number or folder, e.g. 000"),
     shape: str = typer.Option("prod", help="a shape name of the family"),
     directions: str = typer.Option("fwd,bwd", help="comma-separated: fwd, bwd, fwdbwd"),
-    warmup: int = typer.Option(2, min=1),
-    reps: int = typer.Option(5, min=1),
-    seed: int = typer.Option(0),
+    warmup: int = typer.Option(2, min=1, help="calls before profiling (compile, autotune)"),
+    reps: int = typer.Option(5, min=1, help="calls timed and profiled per direction"),
+    seed: int = typer.Option(0, help="seed of the family's random inputs"),
     json_out: Path | None = typer.Option(None, "--json", help="write the results here"),
     top: int = typer.Option(25, help="rows printed per direction"),
 ) -> None:
+    """Where an idea's time goes on the GPU: per direction of one shape, every CUDA kernel's
+    time per call, share and launches, beside the direction's wall time, and the configs
+    Triton's autotuner picked. Needs a CUDA GPU (exit 2 without one)."""
     try:
         import torch
 

@@ -9,8 +9,8 @@ commit they came from); every other call is forwarded to fla verbatim, so the re
 bit-identical to fla's there. `is_supported(...)` says which case a call is and why;
 `warmup(...)` checks the fla internals this package relies on and fills the autotune caches.
 
-Supported box (README, "The supported box (cconv)"): every case of fla's causal_conv1d
-(bias, residual, activation None/"silu"/"swish", initial and final state, cu_seqlens; x
+Supported box once the 002 kernels are vendored (README, "The supported box (cconv)"):
+every case of fla's causal_conv1d (bias, residual, activation None/"silu"/"swish", initial and final state, cu_seqlens; x
 fp16/bf16/fp32 [B, T, D] any strides on a CUDA device of a tested architecture; weight
 [D, W <= 4] any float dtype) except backend "cuda"/"mix" and cp_context, plus the decode
 step `causal_conv1d_update`. Until the 002 kernels are vendored only bf16/fp16 x with silu

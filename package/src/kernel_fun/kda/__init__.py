@@ -3,9 +3,10 @@
     from kernel_fun.kda import chunk_kda      # instead of fla.ops.kda's chunk_kda
 
 Same signature and return value as flash-linear-attention 0.6.0's `fla.ops.kda.chunk_kda`.
-Calls inside the supported box run the chain promoted from the ladder (`_kernels/`, see
-`_provenance.py` for the record and commit it came from); every other call is forwarded to
-fla verbatim, so the result is bit-identical to fla's there. `is_supported(...)` says which
+Calls inside the supported box run the chain promoted from the ladder, once one is vendored
+(`_kernels/`, with `_provenance.py` naming the record and commit it came from); every other
+call is forwarded to fla verbatim, so the result is bit-identical to fla's there. No chain is
+vendored yet (no kda idea beats fla at prod), so today every call is fla's. `is_supported(...)` says which
 case a call is and why; `warmup(...)` checks the fla internals the chain relies on and fills
 the compile and autotune caches.
 
