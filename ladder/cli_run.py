@@ -214,11 +214,6 @@ def _run_check(
     return 0
 
 
-# ------------------------------------------------------------------------------------------
-# bench
-# ------------------------------------------------------------------------------------------
-
-
 def render_record(rec: dict, out: Any) -> None:
     """Print a bench record's per-shape results as a table."""
     from rich.table import Table
