@@ -1,4 +1,4 @@
-"""Environment knobs of an idea: find them, refuse every other environment read, convert values.
+"""Environment knobs of an idea: find them and refuse every other environment read.
 
 A knob is a module-level ALL-CAPS name assigned once from a literal-key environment read
 (docs/DESIGN.md "Ideas and knobs"):
@@ -16,15 +16,15 @@ other way of touching the environment is refused with ``relpath:line``, because 
 must be able to freeze every knob to one literal and decide the branches it controls.
 
 The bench harness uses :func:`scan_idea` and :func:`effective_values` to record the knobs in
-effect; ``tools/vendor.py`` uses :func:`scan_module` to find the assignments it freezes.
+effect; ``tools/vendor.py`` uses :func:`scan_module` to find the assignments it freezes. What a
+knob is and how its values convert live in :mod:`ladder.knobvalues` (re-exported here).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
 
 import libcst as cst
 from libcst.metadata import (
@@ -38,19 +38,28 @@ from libcst.metadata import (
     ScopeProvider,
 )
 
+from ladder.knobvalues import (
+    Knob,
+    KnobError,
+    KnobKind,
+    KnobValue,
+    convert,
+    effective_values,
+    parse_value,
+)
+
 __all__ = [
     "Knob",
     "KnobError",
+    "KnobKind",
     "KnobSite",
+    "KnobValue",
     "effective_values",
     "parse_value",
     "scan_idea",
     "scan_module",
     "scan_source",
 ]
-
-KnobKind = Literal["int", "float", "bool", "str"]
-KnobValue = int | float | bool | str
 
 # Qualified names that reach the process environment. Touching any of them outside the knob
 # forms is refused.
@@ -92,37 +101,6 @@ _NAME_RE = re.compile(r"^_?[A-Z][A-Z0-9_]*$")
 _EXAMPLE = 'NAME = int(os.environ.get("{fam}_NAME", "2048"))'
 
 
-class KnobError(ValueError):
-    """An idea reads the environment in a way the knob contract does not allow.
-
-    The message is one line: ``relpath:line: what is wrong; what to do``.
-    """
-
-
-@dataclass(frozen=True)
-class Knob:
-    """One environment knob of an idea module.
-
-    key: the environment variable (``<FAMILY>_...``); name: the module-level constant it is
-    assigned to; kind: the Python type the code converts the string to; default: the value
-    when the variable is unset, already converted; file: path relative to the idea folder;
-    line: 1-based line of the assignment; constexpr: wrapped in ``tl.constexpr(...)``;
-    source_default: the default string literal as written. For ``bool`` knobs,
-    compare_op (``"=="`` or ``"!="``) and compare_literal say how the string becomes a bool.
-    """
-
-    key: str
-    name: str
-    kind: KnobKind
-    default: KnobValue
-    file: str
-    line: int
-    constexpr: bool
-    source_default: str
-    compare_op: str | None = None
-    compare_literal: str | None = None
-
-
 @dataclass(frozen=True)
 class KnobSite:
     """A knob together with the CST nodes that define it (for source transforms).
@@ -159,7 +137,6 @@ class _Scanner:
         self.parents = wrapper.resolve(ParentNodeProvider)
         self.scopes = wrapper.resolve(ScopeProvider)
 
-    # -- utilities -----------------------------------------------------------------------
     def _qn(self, node: cst.CSTNode) -> set[str]:
         return {q.name for q in self._qualified(node)}
 
@@ -209,7 +186,6 @@ class _Scanner:
             cur = self.parents.get(cur)
         return False
 
-    # -- the knob forms ------------------------------------------------------------------
     def _match_read(self, call: cst.BaseExpression, stmt: cst.CSTNode) -> tuple[str, str]:
         """(key, default) of ``os.environ.get("KEY", "default")`` / ``os.getenv(...)``."""
         if isinstance(call, cst.Subscript):
@@ -307,7 +283,7 @@ class _Scanner:
         if len(pieces) != 1:
             raise self._fail(stmt, "more than one environment access in one knob assignment")
         try:
-            default = _convert(kind, default_str, compare_op, compare_literal)
+            default = convert(kind, default_str, compare_op, compare_literal)
         except ValueError:
             raise self._fail(
                 stmt, f"knob {key}: default {default_str!r} is not a valid {kind}; fix it"
@@ -326,7 +302,6 @@ class _Scanner:
         )
         return KnobSite(knob=knob, statement=stmt, assign=assign, constexpr_func=constexpr_func)
 
-    # -- the scan ------------------------------------------------------------------------
     def scan(self) -> list[KnobSite]:
         for node in self._walk_imports():
             if (
@@ -561,18 +536,6 @@ def _error_line(err: KnobError) -> int:
     return int(match.group(1)) if match else 0
 
 
-def _convert(
-    kind: KnobKind, raw: str, compare_op: str | None, compare_literal: str | None
-) -> KnobValue:
-    if kind == "int":
-        return int(raw)
-    if kind == "float":
-        return float(raw)
-    if kind == "bool":
-        return (raw == compare_literal) if compare_op == "==" else (raw != compare_literal)
-    return raw
-
-
 def scan_module(wrapper: MetadataWrapper, relpath: str, family: str) -> list[KnobSite]:
     """Knob sites of a parsed module, in source order.
 
@@ -629,34 +592,3 @@ def scan_idea(files: Mapping[str, bytes], family: str) -> dict[str, Knob]:
                 )
             knobs[knob.key] = knob
     return knobs
-
-
-def parse_value(knob: Knob, raw: str) -> KnobValue:
-    """Convert an environment string exactly as the knob's code does.
-
-    int -> ``int(raw)``, float -> ``float(raw)``, bool -> ``raw == lit`` / ``raw != lit``,
-    str -> raw. Raises KnobError when the code's conversion would raise.
-    """
-    try:
-        return _convert(knob.kind, raw, knob.compare_op, knob.compare_literal)
-    except ValueError as exc:
-        raise KnobError(
-            f"{knob.file}:{knob.line}: {knob.key}={raw!r} is not a valid {knob.kind}; "
-            f"unset it or give a {knob.kind}"
-        ) from exc
-
-
-def effective_values(
-    knobs: Mapping[str, Knob] | Iterable[Knob], environ: Mapping[str, str]
-) -> dict[str, KnobValue]:
-    """{key: value in effect}: the environment's value when set (converted), else the default.
-
-    knobs: as returned by :func:`scan_idea` (or any iterable of Knob). Raises KnobError when a
-    set variable does not convert.
-    """
-    items = knobs.values() if isinstance(knobs, Mapping) else knobs
-    out: dict[str, KnobValue] = {}
-    for knob in sorted(items, key=lambda k: k.key):
-        raw = environ.get(knob.key)
-        out[knob.key] = knob.default if raw is None else parse_value(knob, raw)
-    return out

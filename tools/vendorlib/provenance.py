@@ -22,9 +22,10 @@ PROVENANCE_KEYS = ("SOURCE_COMMIT", "RECORD", "KNOBS", "SOURCE_FILES", "OUTPUT_F
 
 def tool_files() -> list[str]:
     """The files whose code decides the vendor's output, repo-relative and sorted: the knob
-    scanner, every module of this package and tools/vendor.py."""
+    scanner and its value conversion, every module of this package and tools/vendor.py."""
     here = sorted(p.name for p in (TOOL_ROOT / "tools" / "vendorlib").glob("*.py"))
-    return sorted(["ladder/knobs.py", "tools/vendor.py", *(f"tools/vendorlib/{n}" for n in here)])
+    knob_code = ["ladder/knobs.py", "ladder/knobvalues.py"]
+    return sorted([*knob_code, "tools/vendor.py", *(f"tools/vendorlib/{n}" for n in here)])
 
 
 def tool_sha256() -> str:

@@ -28,5 +28,5 @@ OUTPUT_FILES = {
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "c29e07ffd1d8df7c88c832126e8e0db5d45cc3aef320194181e6b2eddd09de5c",
+    "tool_sha256": "bc911bce07fb0aa915f0c66746faf340c2cbf7106612a1b45fe2856ad344a728",
 }

@@ -1,0 +1,223 @@
+"""The winner of a family: its promotable record with the best prod ratio, and why a record
+that would have ranked above it is stale (docs/DESIGN.md "Bench records").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ladder import paths
+from ladder.paths import LadderError
+from ladder.recstore import created_at, load_records
+
+__all__ = [
+    "NoWinner",
+    "Winner",
+    "current_code_sha_of",
+    "explain_stale",
+    "is_baseline",
+    "prod_ratio",
+    "winner",
+]
+
+
+class NoWinner(LadderError):
+    """No promotable record; the message says why."""
+
+    exit_code = 1
+
+
+def _shape(rec: dict, name: str) -> dict | None:
+    return next((s for s in rec.get("shapes", []) if s.get("name") == name), None)
+
+
+def prod_ratio(rec: dict) -> float | None:
+    """(baseline fwd + bwd medians) / (candidate fwd + bwd medians) at the ``prod`` shape, or
+    None when the record has no timed prod shape."""
+    s = _shape(rec, "prod")
+    if s is None or not s.get("fwd") or not s.get("bwd"):
+        return None
+    base = s["fwd"]["baseline_ms"]["median"] + s["bwd"]["baseline_ms"]["median"]
+    cand = s["fwd"]["candidate_ms"]["median"] + s["bwd"]["candidate_ms"]["median"]
+    return base / cand
+
+
+@dataclass
+class Winner:
+    """The promotable record with the best prod ratio. idea: the idea folder name.
+    passed_over: one line per stale record that would have ranked above it, saying which
+    files made it stale (empty when staleness is judged at a commit, as the vendor does)."""
+
+    record: dict
+    idea: str
+    record_path: Path
+    score: float
+    passed_over: list[str] = field(default_factory=list)
+
+
+def is_baseline(folder: str) -> bool:
+    """Whether an idea folder is the family's baseline benched as an idea (``000-*``): shown
+    on the board, never a winner."""
+    return paths.IDEA_RE.match(folder) is not None and folder[:3] == "000"
+
+
+def explain_stale(rec: dict, idea_dir: Path) -> str:
+    """Why a record's code_sha differs from its idea's code now, in one line: the files that
+    differ (changed, added, removed) between the record's commit and the working tree, when
+    git can tell; else why it cannot."""
+    from ladder import codehash
+
+    commit = rec.get("commit")
+    try:
+        now = codehash.idea_files_from_dir(idea_dir)
+    except codehash.CodeHashError as exc:
+        return f"code differs from the record's ({exc})"
+    if not commit:
+        return "code differs from the record's (it names no commit, so the files are unknown)"
+    try:
+        then = codehash.idea_files_in_history(idea_dir, commit)
+    except codehash.CodeHashError:
+        return (
+            f"code differs from the record's (its commit {commit[:12]} is not in this "
+            f"repository, so the files are unknown)"
+        )
+    if codehash.code_sha(then) != rec.get("code_sha"):
+        return (
+            f"code differs from the record's (it was benched on code other than commit "
+            f"{commit[:12]}'s, so the files are unknown)"
+        )
+    diff = codehash.diff_files(then, now)
+    if not diff:  # cannot happen while both sides hash the same files; said plainly if it does
+        return f"code_sha differs from the record's, though no file differs from {commit[:12]}"
+    return f"{', '.join(diff)} since commit {commit[:12]}"
+
+
+def current_code_sha_of(family: str, root: Path | None = None) -> Callable[[str], str]:
+    """A cached function: idea folder name -> code_sha of its working-tree files."""
+    from ladder import codehash
+
+    cache: dict[str, str] = {}
+    fdir = paths.family_dir(family, root)
+
+    def of(folder: str) -> str:
+        if folder not in cache:
+            cache[folder] = codehash.code_sha(codehash.idea_files_from_dir(fdir / "ideas" / folder))
+        return cache[folder]
+
+    return of
+
+
+def winner(
+    family: str,
+    root: Path | None = None,
+    *,
+    device: str | None = None,
+    code_sha_of: Callable[[str], str] | None = None,
+    explain: Callable[[dict], str] | None = None,
+) -> Winner:
+    """The family's winner among its records.
+
+    Promotable: not the baseline idea (``000-*``), status "passed", dirty false, device name
+    containing ``device`` (case-insensitive; default the family's TARGET_DEVICE), a timed
+    prod shape, and code_sha equal to ``code_sha_of(idea folder name)`` (default: the
+    working tree's code), and faster than fla at prod (prod ratio above 1: a slower idea is
+    research, not a release). Best: highest :func:`prod_ratio`; ties go to the earliest created,
+    then the smallest record_id. explain(record) says why a stale record is stale (default:
+    :func:`explain_stale` against the working tree when ``code_sha_of`` is the default, else
+    nothing). Raises NoWinner with the reason each record was passed over.
+    """
+    recs = load_records(family, root)
+    if device is None:
+        device = str(paths.load_family(family, root).TARGET_DEVICE)
+    sha_of = code_sha_of or current_code_sha_of(family, root)
+    if explain is None and code_sha_of is None:
+        fdir = paths.family_dir(family, root)
+
+        def explain(rec: dict) -> str:
+            return explain_stale(rec, fdir / "ideas" / Path(rec["_path"]).parent.parent.name)
+
+    reasons = {
+        "baseline": 0,
+        "not passed": 0,
+        "dirty": 0,
+        "other device": 0,
+        "no prod timing": 0,
+        "stale": 0,
+        "not faster than fla": 0,
+    }
+    best: tuple[tuple, dict, float] | None = None
+    stale: list[tuple[float, dict]] = []
+    for rec in recs:
+        if is_baseline(Path(rec["_path"]).parent.parent.name):
+            reasons["baseline"] += 1
+            continue
+        if rec["status"] != "passed":
+            reasons["not passed"] += 1
+            continue
+        if rec["dirty"]:
+            reasons["dirty"] += 1
+            continue
+        if device.lower() not in rec["device"]["name"].lower():
+            reasons["other device"] += 1
+            continue
+        score = prod_ratio(rec)
+        if score is None:
+            reasons["no prod timing"] += 1
+            continue
+        folder = Path(rec["_path"]).parent.parent.name
+        if rec["code_sha"] != sha_of(folder):
+            reasons["stale"] += 1
+            stale.append((score, rec))
+            continue
+        if not score > 1.0:  # promoting it would make the package slower than fla
+            reasons["not faster than fla"] += 1
+            continue
+        key = (-score, created_at(rec), rec["record_id"])
+        if best is None or key < best[0]:
+            best = (key, rec, score)
+    if best is None:
+        if not recs:
+            raise NoWinner(
+                f"no {family} records yet; bench an idea on the GPU: "
+                f"`python -m ladder bench {family} <idea>`"
+            )
+        parts = [f"{n} {label}" for label, n in reasons.items() if n]
+        why = "; ".join(_stale_lines(stale, explain, limit=3))
+        raise NoWinner(
+            f"no promotable {family} record on a device matching {device!r} among {len(recs)} "
+            f"({', '.join(parts)}){'; ' + why if why else ''}; commit, then "
+            f"`python -m ladder bench {family} <idea>` on a clean tree"
+        )
+    _, rec, score = best
+    path = Path(rec["_path"])
+    above = [(s, r) for s, r in stale if s > score]
+    return Winner(
+        record=rec,
+        idea=path.parent.parent.name,
+        record_path=path,
+        score=score,
+        passed_over=_stale_lines(above, explain, limit=5),
+    )
+
+
+def _stale_lines(
+    stale: list[tuple[float, dict]], explain: Callable[[dict], str] | None, *, limit: int
+) -> list[str]:
+    """'<idea> record <id> (prod x) is stale: <why>' for the best-scoring stale records, one
+    per idea, at most ``limit``; [] without an explainer."""
+    if explain is None:
+        return []
+    out, seen = [], set()
+    for score, rec in sorted(stale, key=lambda sr: -sr[0]):
+        folder = Path(rec["_path"]).parent.parent.name
+        if folder in seen:
+            continue
+        seen.add(folder)
+        out.append(
+            f"{folder} record {rec['record_id']} (prod {score:.3f}x) is stale: {explain(rec)}"
+        )
+        if len(out) == limit:
+            break
+    return out
