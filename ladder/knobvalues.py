@@ -82,7 +82,7 @@ def parse_value(knob: Knob, raw: str) -> KnobValue:
     except ValueError as exc:
         raise KnobError(
             f"{knob.file}:{knob.line}: {knob.key}={raw!r} is not a valid {knob.kind}; "
-            f"unset it or give a {knob.kind}"
+            f"unset it or give {'an' if knob.kind[0] in 'aeiou' else 'a'} {knob.kind}"
         ) from exc
 
 

@@ -26,7 +26,10 @@ from ladder import paths
 from ladder.paths import LadderError
 from ladder.prepare import prepare_idea
 
-__all__ = ["autotune_picks", "kernel_table", "profile_direction"]
+__all__ = ["DIRECTIONS", "autotune_picks", "check_directions", "kernel_table", "profile_direction"]
+
+# The callables a family's ``timed`` hook returns (docs/DESIGN.md, "The family contract").
+DIRECTIONS = ("fwd", "bwd", "fwdbwd")
 
 
 def kernel_table(events: Any, reps: int) -> list[dict[str, Any]]:
@@ -94,6 +97,27 @@ def autotune_picks() -> list[dict[str, Any]]:
 app = typer.Typer(add_completion=False, help=__doc__.split("\n")[0])
 
 
+def check_directions(directions: str) -> list[str]:
+    """The ``--directions`` list, each one of DIRECTIONS, in order, without repeats.
+
+    Raises LadderError for an empty list, an empty item or an unknown or repeated name.
+    """
+    items = [d.strip() for d in directions.split(",")]
+    if not directions.strip() or "" in items:
+        raise LadderError(
+            f"--directions {directions!r}: give names joined by commas, e.g. fwd,bwd "
+            f"(one of {', '.join(DIRECTIONS)})"
+        )
+    bad = [d for d in items if d not in DIRECTIONS]
+    if bad:
+        raise LadderError(
+            f"--directions: unknown {', '.join(bad)}; each is one of {', '.join(DIRECTIONS)}"
+        )
+    if len(set(items)) != len(items):
+        raise LadderError(f"--directions {directions!r} names a direction twice; keep one")
+    return items
+
+
 @app.command()
 def main(
     family: str = typer.Argument(..., help="family name, e.g. kda"),
@@ -112,14 +136,21 @@ def main(
     try:
         import torch
 
-        if not torch.cuda.is_available():
-            raise LadderError("ladder.profile needs a CUDA GPU")
         fam = paths.load_family(family)
         shapes = {s.name: s for group in fam.SHAPES.values() for s in group}
         if shape not in shapes:
             raise LadderError(f"family {family} has no shape {shape!r}; one of {sorted(shapes)}")
+        paths.resolve_idea(family, idea)
+        dirs = check_directions(directions)
+        if top < 1:
+            raise LadderError(f"--top must be at least 1, got {top}")
+        if json_out is not None and not json_out.parent.is_dir():
+            raise LadderError(
+                f"--json {json_out}: folder {json_out.parent} does not exist; create it first"
+            )
+        if not torch.cuda.is_available():
+            raise LadderError("ladder.profile needs a CUDA GPU")
         prepared = prepare_idea(family, idea, [], None, load=True)
-        dirs = [d.strip() for d in directions.split(",") if d.strip()]
         inputs = fam.make_inputs(shapes[shape], torch.device("cuda"), seed)
         calls = fam.timed(prepared.module, inputs)
         bad = [d for d in dirs if d not in calls]
@@ -147,7 +178,9 @@ def main(
             typer.echo(f"  {r['ms']:8.3f} ms {share:6.1%} x{r['launches']:<5g} {r['kernel'][:90]}")
     result["autotune"] = autotune_picks()
     if json_out is not None:
-        json_out.write_text(json.dumps(result, indent=1))
+        tmp = json_out.with_name(json_out.name + ".partial")
+        tmp.write_text(json.dumps(result, indent=1))
+        tmp.replace(json_out)  # all or nothing: a reader never sees half a file
 
 
 if __name__ == "__main__":

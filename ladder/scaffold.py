@@ -7,6 +7,7 @@ delegating to the family's BASELINE; the family's first idea from ``ladder new``
 
 from __future__ import annotations
 
+import keyword
 import re
 from pathlib import Path
 
@@ -224,12 +225,17 @@ def new_family(name: str, root: Path | None = None) -> Path:
     """Create ``kernels/<name>/`` with ``__init__.py``, a ``family.py`` skeleton holding every
     hook of the family protocol (each raising NotImplementedError naming itself) and
     ``ideas/000-fla/`` (kernel.py delegating to BASELINE, NOTES.md, records/). Returns the
-    family folder. Raises LadderError for a name that is not a lower-case identifier or a
-    family that exists; nothing is written then."""
+    family folder. Raises LadderError for a name that is not a lower-case identifier, a
+    Python keyword or a family that exists; nothing is written then."""
     if not paths.FAMILY_RE.match(name) or len(name) > SLUG_MAX:
         raise LadderError(
             f"family name {name!r} must be a short lower-case identifier (letters, digits, "
             f"'_'), e.g. `python -m ladder new-family kda`"
+        )
+    if keyword.iskeyword(name):
+        raise LadderError(
+            f"family name {name!r} is a Python keyword, so `ladder.kernels.{name}` and "
+            f"`kernel_fun.{name}` could not be imported by name; pick another name"
         )
     kdir = paths.kernels_dir(root)
     dest = kdir / name

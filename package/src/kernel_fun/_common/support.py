@@ -217,6 +217,33 @@ def capture_unsupported_reason(sig: tuple, needs_grad: bool) -> str | None:
     return None
 
 
+def check_positive_ints(**sizes: object) -> None:
+    """Raise ValueError naming the first of ``sizes`` (name -> value) that is not a positive
+    int (bools are not sizes). Used by the warmups, whose arguments would otherwise pass
+    unchecked on a machine without a GPU and fail only on the GPU."""
+    import operator
+
+    for name, value in sizes.items():
+        try:
+            size = None if isinstance(value, bool) else operator.index(value)
+        except TypeError:
+            size = None
+        if size is None or size < 1:
+            raise ValueError(f"warmup: {name} must be a positive int, got {value!r}")
+
+
+def check_dtypes(**dtypes: object) -> None:
+    """Raise TypeError naming the first of ``dtypes`` (name -> value) that is not a
+    torch.dtype."""
+    import torch
+
+    for name, value in dtypes.items():
+        if not isinstance(value, torch.dtype):
+            raise TypeError(
+                f"warmup: {name} must be a torch.dtype such as torch.bfloat16, got {value!r}"
+            )
+
+
 def allow_any_arch() -> bool:
     """True when KERNEL_FUN_ALLOW_ARCH is on: architectures outside the allow-list run our
     kernels too (at the user's risk: their GPU tests never ran there). Read per call."""

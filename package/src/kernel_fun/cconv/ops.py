@@ -514,8 +514,11 @@ def warmup(
     bucket (the kernels key on B*T*D rounded to a power of four) up to B * T_max * D, so
     later calls at any T <= T_max, at this D, W and these dtypes, autotune
     nothing. Returns the number of warm-up calls made (0 when our kernels are not used here,
-    e.g. on a CPU-only machine).
+    e.g. on a CPU-only machine). Raises ValueError for a D, W, B or T_max that is not a
+    positive int and TypeError for a dtype that is not a torch.dtype, on any machine.
     """
+    support.check_positive_ints(D=D, W=W, B=B, T_max=T_max)
+    support.check_dtypes(dtype=dtype, weight_dtype=weight_dtype)
     if not compat.check_fla(FAMILY) or not torch.cuda.is_available():
         return 0
     dev = torch.device("cuda", torch.cuda.current_device()) if device is None else device

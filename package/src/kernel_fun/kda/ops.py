@@ -557,16 +557,25 @@ def warmup(
     Raises compat.FlaDriftError when an fla symbol or keyword the kda chain calls has moved
     (KERNEL_FUN_FALLBACK=1 turns that into a warning, and calls then go to fla). Returns the
     number of warm-up calls made (0 when our kernels are not used here, e.g. on a CPU-only
-    machine or outside the supported box).
+    machine or outside the supported box). Raises ValueError, on any machine, for an H, HV, K,
+    V, B or T_max that is not a positive int, an HV that is not a multiple of H (fla's GVA
+    rule) or an empty B, and TypeError for a dtype that is not a torch.dtype.
     """
+    HV = H if HV is None else HV
+    batches = tuple(B) if isinstance(B, (tuple, list)) else (B,)
+    if not batches:
+        raise ValueError("warmup: B is an empty tuple; give the batch size(s) calls will use")
+    support.check_positive_ints(H=H, HV=HV, K=K, V=V, T_max=T_max)
+    support.check_positive_ints(**{f"B[{i}]": b for i, b in enumerate(batches)})
+    if HV % H:
+        raise ValueError(f"warmup: HV={HV} is not a multiple of H={H}; fla's GVA needs HV % H == 0")
+    support.check_dtypes(dtype=dtype)
     if not compat.check_fla(FAMILY) or not torch.cuda.is_available():
         return 0
-    HV = H if HV is None else HV
     dev = torch.device("cuda", torch.cuda.current_device()) if device is None else device
     dev = torch.device(dev) if not isinstance(dev, torch.device) else dev
     if dev.type != "cuda":
         return 0
-    batches = (B,) if isinstance(B, int) else tuple(B)
     layouts = [(b, False) for b in batches] + ([(1, True)] if varlen else [])
     flags = dict(
         use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True,

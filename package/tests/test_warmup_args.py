@@ -1,0 +1,54 @@
+"""Bad warmup arguments fail on every machine, not only on the GPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from kernel_fun import cconv, kda
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        (dict(D=-1), "D must be a positive int, got -1"),
+        (dict(D="2048"), "D must be a positive int, got '2048'"),
+        (dict(D=2048, W=0), "W must be a positive int, got 0"),
+        (dict(D=2048, T_max=0), "T_max must be a positive int, got 0"),
+        (dict(D=2048, B=float("nan")), "B must be a positive int, got nan"),
+        (dict(D=2048, B=True), "B must be a positive int, got True"),
+        (dict(D=2048, dtype="bf16"), "dtype must be a torch.dtype"),
+        (dict(D=2048, weight_dtype=None), "weight_dtype must be a torch.dtype"),
+    ],
+)
+def test_cconv_warmup_refuses_bad_arguments(kwargs, needle) -> None:
+    with pytest.raises((ValueError, TypeError)) as info:
+        cconv.warmup(**kwargs)
+    assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "needle"),
+    [
+        ((16, 15), {}, "HV=15 is not a multiple of H=16"),
+        ((-1,), {}, "H must be a positive int, got -1"),
+        ((16, 16, 0), {}, "K must be a positive int, got 0"),
+        ((16, 16, 128, 128.0), {}, "V must be a positive int, got 128.0"),
+        ((16,), dict(B=()), "B is an empty tuple"),
+        ((16,), dict(B=(2, 0)), "B[1] must be a positive int, got 0"),
+        ((16,), dict(B=1.5), "B[0] must be a positive int, got 1.5"),
+        ((16,), dict(T_max=-8), "T_max must be a positive int, got -8"),
+        ((16,), dict(dtype=torch.float64.itemsize), "dtype must be a torch.dtype"),
+    ],
+)
+def test_kda_warmup_refuses_bad_arguments(args, kwargs, needle) -> None:
+    with pytest.raises((ValueError, TypeError)) as info:
+        kda.warmup(*args, **kwargs)
+    assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+def test_good_arguments_still_pass_without_a_gpu(monkeypatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    # numpy integers are sizes too; a valid call does nothing on a CPU-only machine
+    assert cconv.warmup(np.int64(2048), 4, B=2, T_max=64) == 0
+    assert kda.warmup(16, 32, 128, 128, B=(1, 4), T_max=128, varlen=True) == 0

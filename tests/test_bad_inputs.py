@@ -1,0 +1,91 @@
+"""Bad input at the ladder's edges: one-line errors, exit 2, checked before the GPU is needed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ladder import profile
+from ladder.cli import app
+from ladder.paths import LadderError
+from tests.fixtures.ladder.helpers import copy_toy
+
+
+def _one_line_error(result, needle: str) -> None:
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    err = result.stderr.strip()
+    assert "\n" not in err and "Traceback" not in result.output, result.output
+    assert needle in err, err
+
+
+@pytest.mark.parametrize("name", ["import", "class", "lambda", "def"])
+def test_new_family_refuses_python_keywords(tmp_path: Path, name: str) -> None:
+    root = copy_toy(tmp_path)
+    result = CliRunner().invoke(app, ["--root", str(root), "new-family", name])
+    _one_line_error(result, "is a Python keyword")
+    assert sorted(p.name for p in (root / "kernels").iterdir()) == ["toy"]
+
+
+def test_new_family_takes_a_soft_keyword(tmp_path: Path) -> None:
+    # `match` and `case` are identifiers in an import statement; only hard keywords are refused
+    root = copy_toy(tmp_path)
+    result = CliRunner().invoke(app, ["--root", str(root), "new-family", "match"])
+    assert result.exit_code == 0, result.output
+    assert (root / "kernels" / "match" / "family.py").is_file()
+
+
+@pytest.mark.parametrize(
+    ("directions", "needle"),
+    [
+        ("", "give names joined by commas"),
+        ("fwd,,bwd", "give names joined by commas"),
+        ("up", "unknown up; each is one of fwd, bwd, fwdbwd"),
+        ("fwd,fwd", "names a direction twice"),
+    ],
+)
+def test_profile_directions_refused(directions: str, needle: str) -> None:
+    with pytest.raises(LadderError, match=needle):
+        profile.check_directions(directions)
+
+
+def test_profile_directions_accepted() -> None:
+    assert profile.check_directions(" fwd , fwdbwd") == ["fwd", "fwdbwd"]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["nosuch", "001"], "unknown family 'nosuch'"),
+        (["cconv", "999"], "no idea '999' in family cconv"),
+        (["cconv", "001", "--shape", "nosuch"], "family cconv has no shape 'nosuch'"),
+        (["cconv", "001", "--directions", "up"], "--directions: unknown up"),
+        (["cconv", "001", "--top", "0"], "--top must be at least 1, got 0"),
+        (["cconv", "001", "--json", "/nonexistent-dir/x.json"], "does not exist; create it"),
+    ],
+)
+def test_profile_reports_bad_input_before_needing_a_gpu(monkeypatch, args, needle) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    result = CliRunner().invoke(profile.app, args)
+    _one_line_error(result, needle)
+
+
+def test_profile_good_input_on_a_cpu_names_the_gpu(monkeypatch) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    result = CliRunner().invoke(profile.app, ["cconv", "001", "--directions", "fwd"])
+    _one_line_error(result, "ladder.profile needs a CUDA GPU")
+
+
+def test_knob_value_error_grammar(tmp_path: Path) -> None:
+    from ladder import knobs
+
+    src = 'import os\nN = int(os.environ.get("TOY_N", "4"))\n'
+    (knob,) = knobs.scan_source(src, "kernel.py", "toy")
+    with pytest.raises(knobs.KnobError) as info:
+        knobs.parse_value(knob, "nan")
+    assert "give an int" in str(info.value)
