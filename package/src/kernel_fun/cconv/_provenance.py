@@ -28,5 +28,5 @@ OUTPUT_FILES = {
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "bc911bce07fb0aa915f0c66746faf340c2cbf7106612a1b45fe2856ad344a728",
+    "tool_sha256": "1fe0c0885290fe278e1ad4028bc44739b4b53489b4b7b15c3d44e310660cfc9f",
 }
