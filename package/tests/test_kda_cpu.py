@@ -129,7 +129,7 @@ def chain(monkeypatch):
     pkg.chain = mod
     monkeypatch.setitem(sys.modules, "kernel_fun.kda._kernels", pkg)
     monkeypatch.setitem(sys.modules, "kernel_fun.kda._kernels.chain", mod)
-    monkeypatch.setattr(ops, "_kernels_mod", None)
+    monkeypatch.setattr(ops, "_kernels_mod", False)  # look it up again
     return mod
 
 

@@ -104,20 +104,20 @@ _DEFAULT_ONLY = {
 }
 _KNOWN_KWARGS = ("A_log", "dt_bias", "chunk_size")
 
-_kernels_mod = None
+_kernels_mod: Any = False  # False: not looked up yet; None: this build has none
 
 
 def _kernels():
     """The promoted chain (`_kernels.chain`), imported on first use (it pulls in triton).
-    None when this build has no vendored kda kernels."""
+    None when this build has no vendored kda kernels. Looked up once."""
     global _kernels_mod
-    if _kernels_mod is None:
+    if _kernels_mod is False:
         try:
             from ._kernels import chain
         except ModuleNotFoundError as exc:
             if exc.name not in (f"{__package__}._kernels", f"{__package__}._kernels.chain"):
                 raise
-            return None
+            chain = None
         _kernels_mod = chain
     return _kernels_mod
 
