@@ -75,21 +75,37 @@ def profile_direction(fn: Any, *, warmup: int, reps: int) -> dict[str, Any]:
     return {"wall_ms": wall, "kernel_ms": sum(r["ms"] for r in table), "kernels": table}
 
 
+PICK_PACKAGES = ("fla", "ladder", "kernel_fun")  # where the kernels a family runs live
+
+
+def _unwrap_autotuner(obj: Any, autotuner: type) -> Any:
+    """The Autotuner under ``obj``'s ``.fn`` chain (heuristics, autotune, jit), or None. Any
+    error while looking (extension classes raise on unknown attributes) means none."""
+    for _ in range(8):
+        if obj is None or isinstance(obj, autotuner):
+            return obj
+        try:
+            obj = getattr(obj, "fn", None)
+        except Exception:
+            return None
+    return None
+
+
 def autotune_picks() -> list[dict[str, Any]]:
-    """Every Triton Autotuner reachable from a loaded module, with the configurations it
-    picked: [{module, kernel, key, config}]."""
+    """Every Triton Autotuner in a loaded module of fla, the ladder or kernel_fun, with the
+    configurations it picked: [{module, kernel, key, config}]."""
     from triton.runtime.autotuner import Autotuner
 
     out, seen = [], set()
     for mname, mod in list(sys.modules.items()):
-        for name, obj in list(vars(mod).items()) if mod is not None else []:
-            depth = 0
-            while obj is not None and depth < 8 and not isinstance(obj, Autotuner):
-                obj, depth = getattr(obj, "fn", None), depth + 1
-            if not isinstance(obj, Autotuner) or id(obj) in seen:
+        if mod is None or mname.split(".")[0] not in PICK_PACKAGES:
+            continue
+        for name, obj in list(vars(mod).items()):
+            tuner = _unwrap_autotuner(obj, Autotuner)
+            if tuner is None or id(tuner) in seen:
                 continue
-            seen.add(id(obj))
-            for key, cfg in obj.cache.items():
+            seen.add(id(tuner))
+            for key, cfg in tuner.cache.items():
                 out.append({"module": mname, "kernel": name, "key": repr(key), "config": str(cfg)})
     return out
 

@@ -89,3 +89,35 @@ def test_knob_value_error_grammar(tmp_path: Path) -> None:
     with pytest.raises(knobs.KnobError) as info:
         knobs.parse_value(knob, "nan")
     assert "give an int" in str(info.value)
+
+
+def test_profile_autotune_picks_survives_objects_that_raise_on_getattr(monkeypatch) -> None:
+    import sys
+    import types
+
+    from triton.runtime.autotuner import Autotuner
+
+    from ladder import profile
+
+    class Raises:
+        def __getattr__(self, name):
+            raise RuntimeError(f"Tried to instantiate class '{name}'")
+
+    tuner = Autotuner.__new__(Autotuner)
+    tuner.cache = {(16, "bf16"): "BK: 32, num_warps: 4"}
+    wrapped = types.SimpleNamespace(fn=types.SimpleNamespace(fn=tuner))
+    mod = types.ModuleType("fla.fake_kernels")
+    mod.raises, mod.kernel = Raises(), wrapped
+    monkeypatch.setitem(sys.modules, "fla.fake_kernels", mod)
+    outside = types.ModuleType("torch_like_ext")
+    outside.raises = Raises()
+    monkeypatch.setitem(sys.modules, "torch_like_ext", outside)
+    picks = [p for p in profile.autotune_picks() if p["module"] == "fla.fake_kernels"]
+    assert picks == [
+        {
+            "module": "fla.fake_kernels",
+            "kernel": "kernel",
+            "key": repr((16, "bf16")),
+            "config": "BK: 32, num_warps: 4",
+        }
+    ]
