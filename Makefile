@@ -44,7 +44,7 @@ vendor:  ## promote FAMILY's winner into package/ (IDEA=NNN RECORD=id COMMIT=sha
 drift:  ## is the package what vendor makes of its recorded source? (STRICT=1: stale, or a winner not vendored, is fatal)
 	$(PY) tools/drift.py $(if $(call on,$(STRICT)),--strict) $(if $(call on,$(JSON)),--json)
 
-bench:  ## bench IDEA of FAMILY on the GPU (SHAPES=prod|sweep|all; KNOBS="K=v K2=a,b" sweeps)
+bench:  ## bench IDEA of FAMILY on the GPU (SHAPES=prod|sweep|all|name,name; KNOBS="K=v K2=a,b" sweeps)
 	$(PY) -m ladder bench $(FAMILY) $(IDEA) --shapes $(SHAPES)$(if $(KNOBS), $(addprefix --knob ,$(KNOBS)))
 
 board:  ## rank FAMILY's ideas from committed records
