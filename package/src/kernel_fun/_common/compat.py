@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from .support import fallback_on_drift, log_once
+from .support import fallback_on_drift, log_once, log_versions_once
 
 log = logging.getLogger("kernel_fun")
 
@@ -624,3 +624,16 @@ def _reset_for_tests() -> None:
     """Forget the cached probe and the recorded originals."""
     _probe_cached.cache_clear()
     _ORIGINALS.clear()
+
+
+def engage(family: str) -> bool:
+    """A family's first-use bookkeeping, called by its entry point before running our kernels:
+    log the versions line once and probe the fla internals the family uses. Returns False when
+    the probe found drift (then fla serves every call of the family): a training step fla could
+    run must not crash here, so the error is logged loudly once instead of raised."""
+    log_versions_once()
+    try:
+        return check_fla(family)
+    except FlaDriftError as e:
+        log_once(f"kernel-fun {family}: {e}; falling back to fla", logging.ERROR)
+        return False

@@ -18,7 +18,6 @@ backward, runs under its tensors' device (`_on`), whatever the current device is
 from __future__ import annotations
 
 import contextlib
-import logging
 from typing import Any
 
 import torch
@@ -303,17 +302,6 @@ class _CausalConv1d(torch.autograd.Function):
         )
 
 
-def _engage() -> bool:
-    """First-use bookkeeping; False when fla drift was found (then fla serves every call)."""
-    support.log_versions_once()
-    try:
-        return compat.check_fla(FAMILY)
-    except compat.FlaDriftError as e:
-        # A training step fla could run must not crash here: report loudly, fall back.
-        support.log_once(f"kernel-fun cconv: {e}; falling back to fla", logging.ERROR)
-        return False
-
-
 def _options(
     bias: Any,
     residual: Any,
@@ -369,7 +357,7 @@ def causal_conv1d(
         cu_seqlens, cu_seqlens_cpu, chunk_indices, cp_context,
     )  # fmt: skip
     reason = _unsupported_reason(x, weight, activation, backend, options, kwargs)
-    if reason is None and not _engage():
+    if reason is None and not compat.engage(FAMILY):
         reason = "fla drift found by the compatibility probe (see the error logged above)"
     if reason is not None:
         support.report_fallback(FAMILY, reason)
@@ -484,7 +472,7 @@ def causal_conv1d_update(
         reason = _update_reason(x, cache, residual, weight, bias, activation)
     except Exception as exc:
         reason = f"arguments kernel-fun cannot classify ({type(exc).__name__}: {exc})"
-    if reason is None and not _engage():
+    if reason is None and not compat.engage(FAMILY):
         reason = "fla drift found by the compatibility probe (see the error logged above)"
     if reason is not None:
         support.report_fallback(FAMILY, reason)

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import logging
 import math
 from functools import cache
 from typing import Any
@@ -349,17 +348,6 @@ class _ChunkKDA(torch.autograd.Function):
         return (dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0, *([None] * 7))
 
 
-def _engage() -> bool:
-    """First-use bookkeeping; False when fla drift was found (then fla serves every call)."""
-    support.log_versions_once()
-    try:
-        return compat.check_fla(FAMILY)
-    except compat.FlaDriftError as e:
-        # A training step fla could run must not crash here: report loudly, fall back.
-        support.log_once(f"kernel-fun kda: {e}; falling back to fla", logging.ERROR)
-        return False
-
-
 def _options(
     scale: Any,
     initial_state: Any,
@@ -448,7 +436,7 @@ def chunk_kda(
         use_graph, max_num_seqs,
     )  # fmt: skip
     reason = _unsupported_reason(q, k, v, g, beta, options, kwargs)
-    if reason is None and not _engage():
+    if reason is None and not compat.engage(FAMILY):
         reason = "fla drift found by the compatibility probe (see the error logged above)"
     if reason is not None:
         support.report_fallback(FAMILY, reason)
