@@ -78,6 +78,8 @@ def test_a_real_stage_whose_tests_all_skip_fails(tmp_path: Path) -> None:
         "OUT": str(out),
         "PY": sys.executable,
         "CUDA_VISIBLE_DEVICES": "",  # skipped even where a GPU is
+        "TRITON_CACHE_IN": str(tmp_path / "no-cache"),
+        "TRITON_CACHE_DIR": str(tmp_path / "tc"),
     }
     res = sh(env=env, timeout=300)
     assert res.returncode == 1, res.stdout + res.stderr
@@ -86,3 +88,29 @@ def test_a_real_stage_whose_tests_all_skip_fails(tmp_path: Path) -> None:
     summary = res.stdout[res.stdout.index("=== summary") :].splitlines()
     (line,) = [ln for ln in summary if ln.strip().startswith("common")]
     assert "rc=1" in line and "ran no tests" in line and "skipped" in line
+
+
+def test_triton_cache_travels_between_calls(tmp_path: Path) -> None:
+    """TRITON_CACHE_SAVE=1 packs the cache into OUT/tc-all.part-*; a later call with those parts
+    in TRITON_CACHE_IN finds the same files in its TRITON_CACHE_DIR (what lets a new machine
+    skip fla's minutes of autotuning)."""
+    first = tmp_path / "tc1"
+    (first / "ab12").mkdir(parents=True)
+    pick = first / "ab12" / "chunk_kda_bwd_kernel_intra.autotune.json"
+    pick.write_text('{"configs_timings": [[{"num_warps": 4}, 14.7]]}')
+    base = {**os.environ, "STAGES": "common", "PY": sys.executable, "CUDA_VISIBLE_DEVICES": ""}
+    res = sh(
+        env={**base, "OUT": str(tmp_path / "out1"), "TRITON_CACHE_DIR": str(first),
+             "TRITON_CACHE_IN": str(tmp_path / "none"), "TRITON_CACHE_SAVE": "1"},
+        timeout=300,
+    )  # fmt: skip
+    parts = sorted((tmp_path / "out1").glob("tc-all.part-*"))
+    assert parts, res.stdout + res.stderr
+    second = tmp_path / "tc2"
+    res = sh(
+        env={**base, "OUT": str(tmp_path / "out2"), "TRITON_CACHE_DIR": str(second),
+             "TRITON_CACHE_IN": str(tmp_path / "out1")},
+        timeout=300,
+    )  # fmt: skip
+    restored = second / "ab12" / pick.name
+    assert restored.read_text() == pick.read_text(), res.stdout + res.stderr

@@ -11,6 +11,11 @@
 # printed are a summary table. A test stage that ran no test (every one skipped, e.g. no
 # usable GPU, or none collected) has failed, whatever pytest's exit status. Exit status: 0
 # every stage passed, 1 a stage failed, 2 an unknown stage name (checked before anything runs).
+# Triton's cache (compiled kernels and autotune picks; fla's kda chain autotunes for minutes on
+# a cold machine) travels between machines: parts tc-all.part-* in TRITON_CACHE_IN (default
+# .tc, an ignored folder carried with the call) are unpacked into TRITON_CACHE_DIR first, and TRITON_CACHE_SAVE=1 packs the cache into
+# $OUT/tc-all.part-* (15 MB parts) at the end, to copy into .tc/ for the next call.
+# BENCH_FAMILY (default cconv) picks the family the bench stage benches.
 # Two entry points for checking the summary logic without a GPU:
 #   bash tools/device.sh --verdict RC LOG     the outcome line of a pytest run (exit 0 or 1)
 #   bash tools/device.sh --summary OUT STAGE...   the summary of OUT/<stage>.rc files
@@ -68,9 +73,11 @@ STAGES=${STAGES:-"env cconv"}  # one call per stage group: a cold one can take m
 PY=${PY:-python3}
 BENCH_IDEAS=${BENCH_IDEAS:-"000 001"}
 BENCH_SHAPES=${BENCH_SHAPES:-all}
+BENCH_FAMILY=${BENCH_FAMILY:-cconv}
 export PYTHONUNBUFFERED=1
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/kf-triton-cache}
 
-KNOWN="env gpu-test cconv layer ladder common bench drift prodtime"
+KNOWN="env gpu-test cconv kda layer ladder common bench drift prodtime"
 for group in $STAGES; do  # every name is checked before anything runs
   IFS=+ read -r -a members <<<"$group"
   for stage in "${members[@]}"; do
@@ -89,6 +96,13 @@ fi
 export PYTHONPATH="$PWD:$PWD/package/src${PYTHONPATH:+:$PYTHONPATH}"
 
 rm -f "$OUT"/*.rc  # outcomes of an earlier run in the same OUT
+
+TRITON_CACHE_IN=${TRITON_CACHE_IN:-.tc}
+if compgen -G "$TRITON_CACHE_IN/tc-all.part-*" >/dev/null; then  # a previous machine's cache
+  mkdir -p "$TRITON_CACHE_DIR"
+  cat "$TRITON_CACHE_IN"/tc-all.part-* | tar -xzf - -C "$TRITON_CACHE_DIR" --strip-components=1 \
+    || echo "device.sh: $TRITON_CACHE_IN holds no readable cache; starting cold" >&2
+fi
 
 DONE=()
 run_stage() {  # name, command...; the outcome goes to $OUT/<name>.rc (stages may run at once)
@@ -120,9 +134,10 @@ one_stage() {
       PYTEST_STAGE=1 run_stage gpu-test "$PY" -m pytest -q -m gpu -rs -p no:cacheprovider \
         --junitxml "$OUT/gpu-test.xml" tests package/tests
       ;;
-    cconv | layer | ladder | common)  # the same tests, one group per call
+    cconv | kda | layer | ladder | common)  # the same tests, one group per call
       case $stage in
-        cconv) files=package/tests/test_cconv_gpu.py ;;
+        cconv) files="package/tests/test_cconv_gpu.py package/tests/test_cconv_box_gpu.py" ;;
+        kda) files=package/tests/test_kda_gpu.py ;;
         layer) files=package/tests/test_kda_layer_gpu.py ;;
         ladder) files=tests/test_ladder_gpu.py ;;
         common) files="package/tests/test_cache.py package/tests/test_support.py package/tests/test_versions.py" ;;
@@ -136,7 +151,7 @@ one_stage() {
       find ladder/kernels -path '*/records/*.json' | sort >"$before"
       export LADDER_RESCUE_DIR=${LADDER_RESCUE_DIR:-$OUT_ABS/rescue}  # records that failed to write
       for idea in $BENCH_IDEAS; do
-        run_stage "bench-$idea" "$PY" -m ladder bench cconv "$idea" --shapes "$BENCH_SHAPES"
+        run_stage "bench-$idea" "$PY" -m ladder bench "$BENCH_FAMILY" "$idea" --shapes "$BENCH_SHAPES"
       done
       find ladder/kernels -path '*/records/*.json' | sort | comm -13 "$before" - >"$OUT/new-records.txt"
       tar -cf "$OUT/records.tar" -T "$OUT/new-records.txt"
@@ -167,6 +182,11 @@ for group in $STAGES; do
   fi
   DONE+=("${members[@]}")
 done
+
+if [[ ${TRITON_CACHE_SAVE:-0} == 1 && -d $TRITON_CACHE_DIR ]]; then
+  tar -czf - -C "$(dirname "$TRITON_CACHE_DIR")" "$(basename "$TRITON_CACHE_DIR")" \
+    | split -b 15m - "$OUT/tc-all.part-"
+fi
 
 summarize "$OUT" "${DONE[@]}"
 exit $?  # 0: every stage passed; 1: a stage failed (its log says why); 2: usage
