@@ -1,5 +1,6 @@
 """GPU checks of kernel_fun.kda.chunk_kda against the float64 oracle and against fla (run:
-make gpu-test, after the kda kernels are vendored).
+make gpu-test). The fallback tests run in any build; the tests of the promoted chain skip,
+saying so, while the build has no vendored kda chain.
 
 Correctness is judged as the family judges it (ladder/kernels/kda/family.py): relative L2
 error of o, ht and every gradient against `family.reference` (float64, on the heads it
@@ -34,12 +35,14 @@ SLACK = 1e-6
 NAMES = tuple(family.TOLERANCES)  # o, ht, dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def vendored():
-    assert ops._kernels() is not None, (
-        "kernel_fun/kda/_kernels is missing: vendor the kda winner (make vendor FAMILY=kda) "
-        "before running the kda GPU tests"
-    )
+    """The tests of the promoted chain need it in the build; the fallback tests do not."""
+    if ops._kernels() is None:
+        pytest.skip(
+            "this build has no vendored kda chain (no kda idea beats fla yet: `python -m "
+            "ladder winner kda`); vendor the winner (make vendor FAMILY=kda) to run this test"
+        )
 
 
 def _call_kwargs(inputs):
@@ -136,6 +139,7 @@ SHAPES = [
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=[s.name for s in SHAPES])
+@pytest.mark.usefixtures("vendored")
 def test_against_the_float64_oracle_and_fla(shape):
     _check_against_oracle(shape)
 
@@ -188,6 +192,7 @@ def test_disable_switch_is_bit_identical(monkeypatch):
         assert (a is None and b is None) or torch.equal(a, b)
 
 
+@pytest.mark.usefixtures("vendored")
 def test_supported_call_never_reaches_fla(monkeypatch):
     def no_fla():
         raise AssertionError("fla fallback taken for a supported call")
@@ -199,6 +204,7 @@ def test_supported_call_never_reaches_fla(monkeypatch):
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+@pytest.mark.usefixtures("vendored")
 def test_tensors_on_a_device_that_is_not_the_current_one():
     shape = S("dev1", 2, 130, 2, 2, 64, 64, state=True)
     inputs = family.make_inputs(shape, "cuda:1", 4)
@@ -221,6 +227,7 @@ class _Layer(torch.nn.Module):
         return chunk_kda(q, k, v, g, beta, A_log=self.A_log, dt_bias=self.dt_bias, **LAYER)[0]
 
 
+@pytest.mark.usefixtures("vendored")
 def test_cuda_graph_capture_of_a_warm_shape_replays(monkeypatch):
     inputs = family.make_inputs(S("graph", 2, 256, 2, 2, 128, 128), "cuda", 5)
     mod = _Layer(inputs[5], inputs[6])
@@ -273,6 +280,7 @@ def test_capture_of_a_cold_shape_goes_to_fla():
     assert reason is not None and "capture" in reason
 
 
+@pytest.mark.usefixtures("vendored")
 def test_warmup_then_new_lengths_do_not_autotune(monkeypatch):
     from triton.runtime import autotuner
 
