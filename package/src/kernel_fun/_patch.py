@@ -237,6 +237,38 @@ def _call_time_module(fn: Callable[..., Any], attr: str) -> ModuleType | None:
     return None
 
 
+def _looked_up_at_call(
+    owner: str, method: Any, name: str, direct: str = "kernel_fun.cconv.causal_conv1d"
+) -> tuple[ModuleType, Any]:
+    """(module, object): the fla module `method` (a layer's method, `owner` in messages) reads
+    `name` from when it runs, and what that module holds under the name. Refuses with
+    PatchError when the method is not a function, the module does not load or is not fla's,
+    or the name is missing or not callable there. Replaces nothing."""
+    fn = inspect.unwrap(method) if callable(method) else None
+    if getattr(fn, "__code__", None) is None:
+        raise _refusal(f"{owner} is not a function", direct)
+    try:
+        home = _call_time_module(fn, name)
+    except Exception as exc:
+        raise _refusal(
+            f"the module {owner} imports `{name}` from does not load ({exc})", direct
+        ) from exc
+    if home is None or not _is_fla_module(home.__name__):
+        raise _refusal(
+            f"{owner} does not look `{name}` up in an fla module when it runs, so replacing "
+            f"that name would not reach it",
+            direct,
+        )
+    original = _get(home, name)
+    if original is _MISSING:
+        raise _refusal(f"{home.__name__}.{name} is missing", direct)
+    if not callable(original):
+        raise _refusal(
+            f"{home.__name__}.{name} is not callable ({type(original).__name__})", direct
+        )
+    return home, original
+
+
 def _plan_cconv() -> _Patch:
     """Find fla's causal_conv1d and every fla attribute holding it; import the replacement.
 
@@ -257,27 +289,12 @@ def _plan_cconv() -> _Patch:
     short_conv = getattr(fla_modules, "ShortConvolution", None)
     if short_conv is None:
         raise _refusal("fla.modules.ShortConvolution is missing")
-    forward = getattr(short_conv, "forward", None)
-    forward = inspect.unwrap(forward) if callable(forward) else None
-    if getattr(forward, "__code__", None) is None:
-        raise _refusal(f"{short_conv.__module__}.ShortConvolution.forward is not a function")
-    try:
-        home = _call_time_module(forward, _CCONV_NAME)
-    except Exception as exc:
-        raise _refusal(
-            f"the module ShortConvolution.forward imports `{_CCONV_NAME}` from does not load ({exc})"
-        ) from exc
-    if home is None or not _is_fla_module(home.__name__):
-        raise _refusal(
-            f"{short_conv.__module__}.ShortConvolution.forward does not look `{_CCONV_NAME}` "
-            f"up in an fla module when it runs, so replacing that name would not reach it"
-        )
+    home, original = _looked_up_at_call(
+        f"{short_conv.__module__}.ShortConvolution.forward",
+        getattr(short_conv, "forward", None),
+        _CCONV_NAME,
+    )
     home_name = home.__name__
-    original = _get(home, _CCONV_NAME)
-    if original is _MISSING:
-        raise _refusal(f"{home_name}.{_CCONV_NAME} is missing")
-    if not callable(original):
-        raise _refusal(f"{home_name}.{_CCONV_NAME} is not callable ({type(original).__name__})")
 
     try:
         public = importlib.import_module(_CCONV_PUBLIC_MODULE)
@@ -325,25 +342,10 @@ def _plan_cconv_update() -> _Patch:
     Refuses with PatchError when ShortConvolution.step is missing or does not look the name
     up in an fla module when it runs, or when that module lacks it. Replaces nothing."""
     short_conv = importlib.import_module("fla.modules").ShortConvolution
-    step = getattr(short_conv, "step", None)
-    step = inspect.unwrap(step) if callable(step) else None
-    if getattr(step, "__code__", None) is None:
-        raise _refusal(f"{short_conv.__module__}.ShortConvolution.step is not a function")
     name = _CCONV_UPDATE_NAME
-    try:
-        home = _call_time_module(step, name)
-    except Exception as exc:
-        raise _refusal(
-            f"the module ShortConvolution.step imports `{name}` from does not load"
-        ) from exc
-    if home is None or not _is_fla_module(home.__name__):
-        raise _refusal(
-            f"{short_conv.__module__}.ShortConvolution.step does not look `{name}` up in an "
-            f"fla module when it runs, so replacing that name would not reach it"
-        )
-    original = _get(home, name)
-    if original is _MISSING or not callable(original):
-        raise _refusal(f"{home.__name__}.{name} is missing")
+    home, original = _looked_up_at_call(
+        f"{short_conv.__module__}.ShortConvolution.step", getattr(short_conv, "step", None), name
+    )
     try:
         from kernel_fun._common import compat
         from kernel_fun.cconv import causal_conv1d_update as replacement
@@ -401,32 +403,10 @@ def _plan_kda() -> _Patch:
     layer = getattr(layer_module, "KimiDeltaAttention", None)
     if layer is None:
         raise _refusal(f"{_KDA_LAYER_MODULE}.KimiDeltaAttention is missing", _KDA_DIRECT)
-    forward = getattr(layer, "forward", None)
-    forward = inspect.unwrap(forward) if callable(forward) else None
-    if getattr(forward, "__code__", None) is None:
-        raise _refusal("KimiDeltaAttention.forward is not a function", _KDA_DIRECT)
-    try:
-        home = _call_time_module(forward, _KDA_NAME)
-    except Exception as exc:
-        raise _refusal(
-            f"the module KimiDeltaAttention.forward imports `{_KDA_NAME}` from does not load "
-            f"({exc})",
-            _KDA_DIRECT,
-        ) from exc
-    if home is None or not _is_fla_module(home.__name__):
-        raise _refusal(
-            f"KimiDeltaAttention.forward does not look `{_KDA_NAME}` up in an fla module when "
-            f"it runs, so replacing that name would not reach it",
-            _KDA_DIRECT,
-        )
+    home, original = _looked_up_at_call(
+        "KimiDeltaAttention.forward", getattr(layer, "forward", None), _KDA_NAME, _KDA_DIRECT
+    )
     home_name = home.__name__
-    original = _get(home, _KDA_NAME)
-    if original is _MISSING:
-        raise _refusal(f"{home_name}.{_KDA_NAME} is missing", _KDA_DIRECT)
-    if not callable(original):
-        raise _refusal(
-            f"{home_name}.{_KDA_NAME} is not callable ({type(original).__name__})", _KDA_DIRECT
-        )
     try:
         public = importlib.import_module(_KDA_PUBLIC_MODULE)
     except Exception as exc:
