@@ -103,7 +103,10 @@ ERR_RATIO_MAX = 1.25
 # kernel_fun.kda's dispatch imports.
 VENDOR = {
     "package": "kernel_fun.kda",
-    "modules": {"001-intra-diag-parallel": {"kernel": "chain", "intra": "intra"}},
+    "modules": {
+        "001-intra-diag-parallel": {"kernel": "chain", "intra": "intra"},
+        "002-bwd-wide-ctas": {"kernel": "chain"},
+    },
 }
 
 CHUNK = 64

@@ -1,4 +1,4 @@
-"""kda/001's backward intra-chunk stage on Triton's CPU interpreter, against the stage's
+"""The kda ideas' backward intra-chunk stages (001, 002) on Triton's CPU interpreter, against the stage's
 definition evaluated in float64 with torch (pairwise exp2 over each chunk, no factorisation).
 
 Runs in a subprocess: TRITON_INTERPRET must be set before triton is imported.
@@ -20,7 +20,7 @@ SCRIPT = textwrap.dedent(
     r"""
     import torch, json, sys
     import ladder  # installs the idea import finder
-    from ladder.kernels.kda.ideas.i001 import intra
+    from ladder.kernels.kda.ideas.IDEA import intra
     from fla.ops.utils import prepare_chunk_indices
 
     def definition(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, bounds, G):
@@ -102,10 +102,12 @@ SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_intra_stage_matches_its_definition_in_the_interpreter() -> None:
+@pytest.mark.parametrize("idea", ["i001", "i002"])
+def test_intra_stage_matches_its_definition_in_the_interpreter(idea: str) -> None:
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": f"{REPO}:{REPO / 'package/src'}"}
+    script = SCRIPT.replace("ladder.kernels.kda.ideas.IDEA", f"ladder.kernels.kda.ideas.{idea}")
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True, text=True,
+        [sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
         timeout=900,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
