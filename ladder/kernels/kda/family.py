@@ -104,7 +104,7 @@ ERR_RATIO_MAX = 1.25
 VENDOR = {
     "package": "kernel_fun.kda",
     "modules": {
-        "001-intra-diag-parallel": {"kernel": "chain", "intra": "intra"},
+        "001-intra-diag-parallel": {"kernel": "chain_001", "intra": "intra_001"},
         "002-bwd-wide-ctas": {"kernel": "chain"},
     },
 }
