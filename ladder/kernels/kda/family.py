@@ -105,7 +105,7 @@ VENDOR = {
     "package": "kernel_fun.kda",
     "modules": {
         "001-intra-diag-parallel": {"kernel": "chain_001", "intra": "intra_001"},
-        "002-bwd-wide-ctas": {"kernel": "chain"},
+        "002-bwd-wide-ctas": {"kernel": "chain", "intra": "intra"},
     },
 }
 
