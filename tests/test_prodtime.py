@@ -75,7 +75,34 @@ def _report():
             "fla_conv_launches": 0,
             "engaged": True,
         },
+        "cconv_only": {
+            "step_ms": _stats(77.0),
+            "conv_ms": 3.0,
+            "kernel_ms": 75.0,
+            "conv_share": 3.0 / 75.0,
+            "conv_launches": 6,
+            "fla_conv_launches": 0,
+            "engaged": True,
+        },
         "ratio": 80.0 / 74.0,
+        "ratio_cconv_only": 80.0 / 77.0,
+        "ratio_vs_cconv_only": 77.0 / 74.0,
+    }
+    kda = {
+        **prodtime.KDA_OP,
+        "rel_diff_vs_fla": {
+            "o": 1e-3,
+            "dq": 2e-3,
+            "dk": 2e-3,
+            "dv": 1e-3,
+            "dg": 3e-3,
+            "dbeta": 2e-3,
+        },
+        "agrees": True,
+        "engaged": True,
+        "fla_ms": _stats(25.0),
+        "kernel_fun_ms": _stats(23.0),
+        "ratio": 25.0 / 23.0,
     }
     return {
         "tool": "tools/prodtime.py",
@@ -85,6 +112,7 @@ def _report():
         "versions": {"kernel_fun": "0.3.0.dev0", "fla": "0.6.0"},
         "kernel_fun_path": "/x/kernel_fun",
         "conv": conv,
+        "kda": kda,
         "layer": layer,
     }
 
@@ -144,6 +172,14 @@ def test_tables_show_the_numbers():
     assert "80.000 [78.400-82.400]" in layer and "74.000" in layer
     assert "11.5%" in layer and "4.2%" in layer  # 9/78 and 3/72
     assert "1.08x" in layer and "step time saved: 6.000 ms" in layer
+    assert "77.000" in layer and "1.04x" in layer  # conv only: 80/77; conv only / both 77/74
+    kda = _text(prodtime.kda_table(report))
+    assert "B8 T8192 16x128 V256" in kda and "25.000" in kda and "1.09x" in kda
+    assert "3.00e-03" in kda  # the largest difference from fla
+    report["kda"]["agrees"] = False
+    assert "DISAGREES" in _text(prodtime.kda_table(report))
+    report["kda"] = None
+    assert prodtime.kda_table(report) is None
     report["layer"]["kernel_fun"]["engaged"] = False
     assert "NOT ENGAGED" in _text(prodtime.layer_table(report))
     report["layer"] = None
@@ -157,6 +193,8 @@ def test_failures_and_json_round_trip(tmp_path):
     ]
     report["layer"]["kernel_fun"]["engaged"] = False
     assert len(prodtime.failures(report)) == 2
+    report["kda"]["agrees"] = False
+    assert "chunk_kda: kernel-fun disagrees" in prodtime.failures(report)[1]
     path = prodtime.write_report(report, tmp_path / "deep" / "prodtime.json")
     assert json.loads(path.read_text()) == report
 
@@ -201,14 +239,21 @@ def test_cli_passes_options_through_and_writes_the_report(tmp_path, monkeypatch)
         calls.append(("layer", precision.value, steps, warmup))
         return template["layer"]
 
+    def kda(iters, warmup, console):
+        calls.append(("kda", iters, warmup))
+        return template["kda"]
+
     monkeypatch.setattr(prodtime, "measure_conv", conv)
     monkeypatch.setattr(prodtime, "measure_layer", layer)
+    monkeypatch.setattr(prodtime, "measure_kda", kda)
     out = tmp_path / "r.json"
     args = ["--out", str(out), "--iters", "7", "--layer-steps", "4", "--warmup", "2"]
     monkeypatch.setattr(sys, "argv", ["tools/prodtime.py", *args])
     result = runner.invoke(prodtime.app, [*args, "--layer-precision", "bf16"])
     assert result.exit_code == 0, result.output
-    assert calls == [("conv", 2048, 7, 2), ("conv", 4096, 7, 2), ("layer", "bf16", 4, 2)]
+    assert calls == [
+        ("conv", 2048, 7, 2), ("conv", 4096, 7, 2), ("kda", 20, 2), ("layer", "bf16", 4, 2)
+    ]  # fmt: skip
     report = json.loads(out.read_text())
     assert [r["D"] for r in report["conv"]] == [2048, 4096]
     assert report["settings"] == {
@@ -216,6 +261,7 @@ def test_cli_passes_options_through_and_writes_the_report(tmp_path, monkeypatch)
         "layer_steps": 4,
         "warmup": 2,
         "layer_precision": "bf16",
+        "kda_iters": 20,
         "fla_autotune_in_process": report["settings"]["fla_autotune_in_process"],
         "FLA_CACHE_RESULTS_before": None,
     }
@@ -227,9 +273,10 @@ def test_cli_passes_options_through_and_writes_the_report(tmp_path, monkeypatch)
     assert "1.08x" in result.output  # the layer table was printed
 
     calls.clear()
-    result = runner.invoke(prodtime.app, ["--out", str(out), "--skip-layer"])
+    result = runner.invoke(prodtime.app, ["--out", str(out), "--skip-layer", "--skip-kda"])
     assert result.exit_code == 0 and [c[0] for c in calls] == ["conv", "conv"]
-    assert json.loads(out.read_text())["layer"] is None
+    report = json.loads(out.read_text())
+    assert report["layer"] is None and report["kda"] is None
 
 
 def test_an_unwritable_out_is_refused_before_anything_runs(tmp_path, monkeypatch):

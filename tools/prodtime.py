@@ -16,15 +16,19 @@ in one process on one GPU:
           at these shapes). kernel-fun's results are compared with fla's first; a kernel
           that disagrees is not timed. fla's autotuning happens in this process at these
           shapes: its disk cache of picks (FLA_CACHE_RESULTS) is turned off.
+  kda     fla's chunk_kda with KimiDeltaAttention's flags at the layer's size (B8 T8192, 16
+          heads of K 128, V 256, bf16), forward + backward through autograd, against
+          kernel_fun.kda.chunk_kda, interleaved the same way after an agreement check
+          (output and the q, k, v, g, beta gradients against fla's, AGREE_TOL_KDA).
   layer   fla.layers.KimiDeltaAttention (B8 T8192, hidden 2048, 16 heads of 128, expand_v 2,
-          conv_size 4), forward + backward, fla vs `kernel_fun.patched_fla()`, interleaved
-          the same way; and from one torch.profiler step of each, the GPU time spent in the
+          conv_size 4), forward + backward, fla vs `kernel_fun.patched_fla("cconv")` (the
+          conv alone) vs `kernel_fun.patched_fla()` (every family), interleaved the same way; and from one torch.profiler step of each, the GPU time spent in the
           short-conv kernels over all GPU kernel time (the dw reductions, plain torch sums
           in both, are not counted as conv). Precision "amp" (default): fp32 parameters
           under bf16 autocast, so the conv sees bf16 x and an fp32 weight as in production;
           "bf16": every parameter bf16.
 
-Prints two tables and writes JSON (device, versions, date, command, all numbers). The
+Prints three tables and writes JSON (device, versions, date, command, all numbers). The
 timed calls themselves take seconds; on a machine with cold Triton caches, compiling and
 autotuning fla's and kernel-fun's kernels during warm-up dominates the run (progress is
 logged as it goes, and `--skip-layer` leaves out the layer, the largest part of it).
@@ -69,6 +73,9 @@ OUR_CONV_KERNELS = ("cconv_fwd", "cconv_bwd")
 FLA_CONV_KERNELS = ("causal_conv1d_fwd_kernel", "causal_conv1d_bwd_kernel")
 # kernel-fun vs fla (not vs fp64): twice the family's fp64 tolerances, since both round.
 AGREE_TOL = {"y": 1e-2, "dx": 1.6e-2, "dw": 4e-2}
+# chunk_kda vs fla: the kda family's fp64 tolerances (2e-2 .. 5e-2; both sides round).
+AGREE_TOL_KDA = {"o": 2e-2, "dq": 4e-2, "dk": 4e-2, "dv": 4e-2, "dg": 5e-2, "dbeta": 5e-2}
+KDA_OP = {"B": 8, "T": 8192, "H": 16, "K": 128, "V": 256}
 L2_MULTIPLE = 3  # rotated inputs span at least this many L2 caches
 MAX_ROTATION = 8
 
@@ -185,8 +192,12 @@ def layer_table(report: dict[str, Any]) -> Table | None:
     table = Table(title=title)
     for col in ("", "step ms", "conv ms", "all kernels ms", "conv share", "conv launches"):
         table.add_column(col, justify="left" if not col else "right")
-    for key, label in (("fla", "fla"), ("kernel_fun", "kernel-fun (patched)")):
-        side = layer[key]
+    sides = [("fla", "fla"), ("cconv_only", "kernel-fun, conv only"),
+             ("kernel_fun", "kernel-fun (patched)")]  # fmt: skip
+    for key, label in sides:
+        side = layer.get(key)
+        if side is None:  # reports written before the conv-only side existed
+            continue
         if not side.get("engaged", True):
             label = f"{label} [red]NOT ENGAGED[/red]"
         table.add_row(
@@ -199,13 +210,44 @@ def layer_table(report: dict[str, Any]) -> Table | None:
         )
     saved = layer["fla"]["step_ms"]["median"] - layer["kernel_fun"]["step_ms"]["median"]
     table.add_row("fla / kernel-fun", fmt_ratio(layer["ratio"]), "", "", "", "", end_section=True)
+    if layer.get("cconv_only"):
+        table.add_row("fla / conv only", fmt_ratio(layer["ratio_cconv_only"]), "", "", "", "")
+        table.add_row(
+            "conv only / kernel-fun", fmt_ratio(layer["ratio_vs_cconv_only"]), "", "", "", ""
+        )
     table.caption = f"step time saved: {saved:.3f} ms"
+    return table
+
+
+def kda_table(report: dict[str, Any]) -> Table | None:
+    """The chunk_kda op rows of a report as a rich Table; None when not measured."""
+    kda = report.get("kda")
+    if not kda:
+        return None
+    table = Table(
+        title=f"chunk_kda fwd+bwd (autograd), B{kda['B']} T{kda['T']} {kda['H']}x{kda['K']}"
+        f" V{kda['V']}, bf16, KimiDeltaAttention's flags"
+    )
+    for col in ("", "fla ms", "kernel-fun ms", "fla / kernel-fun", "max rel diff vs fla"):
+        table.add_column(col, justify="left" if not col else "right")
+    diff = max(kda["rel_diff_vs_fla"].values()) if kda["rel_diff_vs_fla"] else float("nan")
+    label = "fwd+bwd" if kda["agrees"] else "fwd+bwd [red]DISAGREES[/red]"
+    table.add_row(
+        label,
+        fmt_ms(kda.get("fla_ms")),
+        fmt_ms(kda.get("kernel_fun_ms")),
+        fmt_ratio(kda.get("ratio")),
+        f"{diff:.2e}",
+    )
     return table
 
 
 def render(report: dict[str, Any], console: Console) -> None:
     """Print the report's tables and one summary line."""
     console.print(conv_table(report))
+    kt = kda_table(report)
+    if kt is not None:
+        console.print(kt)
     lt = layer_table(report)
     if lt is not None:
         console.print(lt)
@@ -231,6 +273,11 @@ def failures(report: dict[str, Any]) -> list[str]:
         for r in report.get("conv", [])
         if not r["agrees"]
     ]
+    kda = report.get("kda")
+    if kda and not kda["agrees"]:
+        out.append(f"chunk_kda: kernel-fun disagrees with fla {kda['rel_diff_vs_fla']}")
+    if kda and not kda.get("engaged", True):
+        out.append("chunk_kda: kernel-fun's chain did not run")
     layer = report.get("layer")
     if layer and not layer["kernel_fun"].get("engaged", True):
         out.append("layer: kernel-fun's conv kernels did not run while patched")
@@ -483,7 +530,11 @@ def measure_layer(
         with kernel_fun.patched_fla():
             step()
 
-    fns = {"fla": step, "kernel_fun": patched_step}
+    def cconv_step() -> None:
+        with kernel_fun.patched_fla("cconv"):
+            step()
+
+    fns = {"fla": step, "cconv_only": cconv_step, "kernel_fun": patched_step}
     console.log(f"layer: {warmup} warm-up steps each (cold Triton caches compile and tune here)")
     for fn in fns.values():
         for _ in range(warmup):
@@ -494,6 +545,7 @@ def measure_layer(
     out: dict[str, Any] = {**cfg, "precision": precision.value}
     for key, fn, needles in (
         ("fla", step, FLA_CONV_KERNELS),
+        ("cconv_only", cconv_step, OUR_CONV_KERNELS),
         ("kernel_fun", patched_step, OUR_CONV_KERNELS),
     ):
         kernels = cuda_kernels(fn)
@@ -503,7 +555,77 @@ def measure_layer(
             side["fla_conv_launches"] = fla_launches
             side["engaged"] = side["conv_launches"] > 0 and fla_launches == 0
         out[key] = side
-    out["ratio"] = out["fla"]["step_ms"]["median"] / out["kernel_fun"]["step_ms"]["median"]
+    med = {k: out[k]["step_ms"]["median"] for k in fns}
+    out["ratio"] = med["fla"] / med["kernel_fun"]
+    out["ratio_cconv_only"] = med["fla"] / med["cconv_only"]
+    out["ratio_vs_cconv_only"] = med["cconv_only"] / med["kernel_fun"]
+    return out
+
+
+def measure_kda(iters: int, warmup: int, console: Console) -> dict[str, Any]:
+    """chunk_kda forward + backward through autograd at KDA_OP, fla vs kernel-fun."""
+    import torch
+    from fla.ops.kda import chunk_kda as fla_chunk_kda
+    from kernel_fun.kda import chunk_kda as our_chunk_kda
+    from kernel_fun.kda import ops as kda_ops
+
+    cfg = KDA_OP
+    B, T, H, K, V = cfg["B"], cfg["T"], cfg["H"], cfg["K"], cfg["V"]
+    dev = torch.device("cuda")
+    gen = torch.Generator(device=dev).manual_seed(5)
+
+    def randn(*size: int) -> Any:
+        return torch.randn(size, device=dev, generator=gen).to(torch.bfloat16)
+
+    q, k, g = randn(B, T, H, K), randn(B, T, H, K), randn(B, T, H, K)
+    v, beta, do = randn(B, T, H, V), randn(B, T, H), randn(B, T, H, V)
+    A_log = torch.empty(H, device=dev).uniform_(1, 16, generator=gen).log()
+    dt = torch.exp(torch.rand(H * K, device=dev, generator=gen) * math.log(100) + math.log(1e-3))
+    dt_bias = dt + torch.log(-torch.expm1(-dt))
+    leaves = [t.requires_grad_(True) for t in (q, k, v, g, beta)]
+    flags = dict(
+        use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True,
+        state_v_first=True, A_log=A_log, dt_bias=dt_bias,
+    )  # fmt: skip
+
+    def run(fn: Callable[..., Any]) -> list[Any]:
+        o, _ = fn(*leaves, **flags)
+        return [o, *torch.autograd.grad(o, leaves, do)]
+
+    console.log(f"kda: {warmup} warm-up calls each (cold Triton caches compile and tune here)")
+    chain = kda_ops._kernels()
+    calls = {"n": 0}
+    if chain is not None:
+        fwd0 = chain.kda_fwd
+
+        def counted(*a: Any, **kw: Any) -> Any:
+            calls["n"] += 1
+            return fwd0(*a, **kw)
+
+        chain.kda_fwd = counted
+    try:
+        for _ in range(warmup):
+            ref, ours = run(fla_chunk_kda), run(our_chunk_kda)
+    finally:
+        if chain is not None:
+            chain.kda_fwd = fwd0
+    names = ("o", "dq", "dk", "dv", "dg", "dbeta")
+    diffs = {n: rel_l2(a, b) for n, a, b in zip(names, ours, ref)}
+    out: dict[str, Any] = {
+        **cfg,
+        "rel_diff_vs_fla": diffs,
+        "agrees": all(diffs[n] <= AGREE_TOL_KDA[n] for n in names),
+        "engaged": calls["n"] >= warmup,
+    }
+    if out["agrees"]:
+        times = time_interleaved(
+            {"fla": lambda: run(fla_chunk_kda), "kernel_fun": lambda: run(our_chunk_kda)}, iters
+        )
+        out["fla_ms"], out["kernel_fun_ms"] = (
+            summarize(times["fla"]),
+            summarize(times["kernel_fun"]),
+        )
+        out["ratio"] = out["fla_ms"]["median"] / out["kernel_fun_ms"]["median"]
     return out
 
 
@@ -524,6 +646,8 @@ def main(
         Precision.amp, help="amp: fp32 params + bf16 autocast; bf16: bf16 params"
     ),
     skip_layer: bool = typer.Option(False, "--skip-layer", help="time only the conv ops"),
+    kda_iters: int = typer.Option(20, min=3, help="timed chunk_kda fwd+bwd calls per side"),
+    skip_kda: bool = typer.Option(False, "--skip-kda", help="leave out the chunk_kda op"),
 ) -> None:
     """Time fla vs kernel-fun at the production conv call and in a KDA layer step."""
     _check_out(out)
@@ -551,6 +675,7 @@ def main(
             "layer_steps": layer_steps,
             "warmup": warmup,
             "layer_precision": layer_precision.value,
+            "kda_iters": kda_iters,
             "fla_autotune_in_process": tuned_here,
             "FLA_CACHE_RESULTS_before": fla_cache,
         },
@@ -559,6 +684,7 @@ def main(
     }
     for D in CONV_DS:
         report["conv"].extend(measure_conv(D, iters, warmup, console))
+    report["kda"] = None if skip_kda else measure_kda(kda_iters, warmup, console)
     if not skip_layer:
         report["layer"] = measure_layer(layer_precision, layer_steps, warmup, console)
     report["wall_s"] = round(time.perf_counter() - t0, 1)

@@ -283,8 +283,28 @@ KDA_CHAIN = (
     "kda_gate_chunk_cumsum", "recompute_w_u_fwd", "chunk_gated_delta_rule_fwd_h",
     "chunk_kda_bwd_dAv", "chunk_gated_delta_rule_bwd_dhu", "chunk_kda_bwd_wy_dqkg_fused",
     "chunk_local_cumsum", "kda_gate_bwd", "l2norm_bwd", "fused_beta_sigmoid_bwd",
-    "prepare_chunk_indices", "ChunkKDAFunction",
+    "prepare_chunk_indices", "ChunkKDAFunction", "chunk_kda_bwd_kernel_wy_dqkg_fused",
+    "chunk_kda_bwd_intra",
 )  # fmt: skip
+
+
+def test_every_fla_name_the_vendored_chain_imports_has_a_compat_row():
+    import ast
+    from pathlib import Path
+
+    import kernel_fun.kda as kda_pkg
+
+    folder = Path(kda_pkg.__file__).parent / "_kernels"
+    if not folder.is_dir():
+        pytest.skip("this build has no vendored kda kernels")
+    imported = set()
+    for path in folder.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "fla":
+                imported |= {(node.module, a.name) for a in node.names}
+    assert imported, "the vendored chain calls no fla stage: the scan is broken"
+    rows = {(m, s.name) for s in compat.FLA_SYMBOLS if s.family == "kda" for m in s.modules}
+    assert imported <= rows, sorted(imported - rows)
 
 
 def test_kda_rows_resolve_against_the_installed_fla(_fresh_compat):

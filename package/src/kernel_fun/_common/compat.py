@@ -330,6 +330,31 @@ FLA_SYMBOLS: tuple[FlaSymbol, ...] = (
         family="kda",
     ),
     FlaSymbol(
+        key="chunk_kda_bwd_kernel_wy_dqkg_fused",
+        name="chunk_kda_bwd_kernel_wy_dqkg_fused",
+        modules=("fla.ops.kda.chunk_bwd",),
+        # the Triton kernel itself, launched positionally at a fixed configuration
+        keywords=(
+            "q", "k", "v", "v_new", "g", "beta", "A", "h", "do", "dh", "dq", "dk", "dv", "dv2",
+            "dg", "db", "dA", "cu_seqlens", "chunk_indices", "scale", "T", "H", "HV", "K", "V",
+            "BT", "BK", "BV", "STATE_V_FIRST", "IS_VARLEN", "USE_GRAPH",
+        ),  # fmt: skip
+        ordered=True,
+        used_by="the kda chain's backward (fla's fused WY kernel at the chain's own launch)",
+        family="kda",
+    ),
+    FlaSymbol(
+        key="chunk_kda_bwd_intra",
+        name="chunk_kda_bwd_intra",
+        modules=("fla.ops.kda.chunk_intra",),
+        keywords=(
+            "q", "k", "g", "beta", "dAqk", "dAkk", "dq", "dk", "db", "dg", "cu_seqlens",
+            "chunk_indices", "chunk_size", "safe_gate", "lower_bound",
+        ),  # fmt: skip
+        used_by="the kda chain's backward (the intra-chunk terms of dq, dk, dbeta, dg)",
+        family="kda",
+    ),
+    FlaSymbol(
         key="chunk_local_cumsum",
         name="chunk_local_cumsum",
         modules=("fla.ops.utils.cumsum", "fla.ops.utils"),
@@ -417,7 +442,11 @@ def _outside_fla(exc: Exception) -> str | None:
 
 
 def _parameters(obj: Any) -> list[inspect.Parameter] | None:
-    """Named parameters of a callable (through functools.wraps), or None if not inspectable."""
+    """Named parameters of a callable (through functools.wraps, and through Triton's
+    heuristics / autotune / jit wrappers to the kernel's Python function), or None if not
+    inspectable."""
+    while not inspect.isroutine(obj) and hasattr(obj, "fn"):
+        obj = obj.fn
     try:
         params = inspect.signature(obj).parameters.values()
     except (TypeError, ValueError):
