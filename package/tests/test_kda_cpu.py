@@ -10,6 +10,7 @@ CPU call inside the box reaches the dispatch; everything after it is the real co
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import math
@@ -133,11 +134,38 @@ def chain(monkeypatch):
     return mod
 
 
+def _as_if_on(monkeypatch, capability: tuple[int, int]) -> None:
+    """The shared device gate sees a CUDA device 0 of `capability` in place of the CPU
+    tensor it is given; everything else of kda's device check runs as written."""
+    real = support.triton_unsupported_reason
+
+    def on_gpu(t, family, *args):
+        fake = types.SimpleNamespace(is_cuda=True, device=types.SimpleNamespace(index=0))
+        return real(fake, family, *args)
+
+    monkeypatch.setattr(support, "triton_unsupported_reason", on_gpu)
+    # cached like the real probe (the package's test reset clears it)
+    monkeypatch.setattr(support, "_capability", functools.cache(lambda index: capability))
+
+
 @pytest.fixture
 def in_box(monkeypatch, chain):
-    """The device check passes on the CPU (stand-in chain installed)."""
-    monkeypatch.setattr(ops, "_device_reason", lambda q: None)
+    """The device check passes on the CPU, as on an H200 (stand-in chain installed)."""
+    _as_if_on(monkeypatch, (9, 0))
     return chain
+
+
+def test_the_device_gate_takes_sm90_only_unless_allowed(monkeypatch):
+    q = torch.zeros(1, 1, 1, 8)
+    _as_if_on(monkeypatch, (9, 0))
+    assert ops._device_reason(q) is None
+    for cap, name in (((10, 0), "sm100"), ((12, 0), "sm120"), ((8, 0), "sm80")):
+        _as_if_on(monkeypatch, cap)
+        reason = ops._device_reason(q)
+        assert reason is not None and name in reason, (cap, reason)
+    monkeypatch.setenv("KERNEL_FUN_ALLOW_ARCH", "1")
+    _as_if_on(monkeypatch, (10, 0))
+    assert ops._device_reason(q) is None
 
 
 class _Recorder:

@@ -40,7 +40,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
-from functools import cache
 from typing import Any
 
 import torch
@@ -52,8 +51,8 @@ SUPPORTED_DTYPES = (torch.bfloat16,)
 PARAM_DTYPE = torch.float32  # A_log, dt_bias, initial_state
 MAX_K = 256
 CHUNK_SIZE = 64
-MIN_SM_MAJOR = 9
-TESTED_ARCHS = ((9, 0),)  # the chain and its stages were checked and timed on sm90 only
+# the chain and its stages were checked and timed on sm90 only
+TESTED_ARCHS: frozenset[tuple[int, int]] = frozenset({(9, 0)})
 LOWER_BOUND_RANGE = (-5.0, 0.0)  # fla's safe range for the lower-bound gate: [-5, 0)
 L2NORM_ROWS_PER_BUCKET = 65536  # fla 0.6.0's l2norm: NB = cdiv(rows, 2048 * 32)
 
@@ -148,23 +147,10 @@ def _warm_sig(q: torch.Tensor, v: torch.Tensor, options: dict[str, Any]) -> tupl
     )
 
 
-@cache
-def _exact_capability(index: int) -> tuple[int, int]:
-    major, minor = torch.cuda.get_device_capability(index)
-    return int(major), int(minor)
-
-
 def _device_reason(q: torch.Tensor) -> str | None:
-    """None when q's device is one the kda chain was tested on, else why not."""
-    reason = support.triton_unsupported_reason(q, FAMILY, MIN_SM_MAJOR)
-    if reason is not None:
-        return reason
-    index = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    cap = _exact_capability(index)
-    if cap not in TESTED_ARCHS:
-        tested = ", ".join(f"sm{a}{b}" for a, b in TESTED_ARCHS)
-        return f"device {index} is sm{cap[0]}{cap[1]}; the kda chain is tested on {tested} only"
-    return None
+    """None when q's device is one the kda chain was tested on (TESTED_ARCHS, or any with
+    KERNEL_FUN_ALLOW_ARCH on), else why not: the gate every Triton family shares."""
+    return support.triton_unsupported_reason(q, FAMILY, TESTED_ARCHS)
 
 
 def _fla_backend_reason(
