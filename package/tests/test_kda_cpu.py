@@ -150,9 +150,30 @@ def _as_if_on(monkeypatch, capability: tuple[int, int]) -> None:
 
 @pytest.fixture
 def in_box(monkeypatch, chain):
-    """The device check passes on the CPU, as on an H200 (stand-in chain installed)."""
+    """The device check passes on the CPU, as on an H200 (stand-in chain installed), and
+    the cases still pending GPU verification are taken: the plumbing is tested on all."""
     _as_if_on(monkeypatch, (9, 0))
+    monkeypatch.setattr(ops, "PENDING_CASES", {})
     return chain
+
+
+def test_pending_cases_go_to_fla_with_the_reason(monkeypatch, chain, fla_rec):
+    _as_if_on(monkeypatch, (9, 0))
+    tensors, kw = _inputs(HV=2)  # H == HV: a dense call, in the box
+    assert is_supported(*tensors, **kw) == (True, "supported")
+    gva, kw_gva = _inputs()  # HV = 2H
+    ok, reason = is_supported(*gva, **kw_gva)
+    assert not ok and "grouped value heads" in reason and "GPU tests" in reason
+    cu = torch.tensor([0, 1, 10])
+    packed = [t.reshape(1, 10, *t.shape[2:]) for t in tensors]
+    ok, reason = is_supported(*packed, **{**kw, "cu_seqlens": cu})
+    assert not ok and "packed sequences" in reason
+    ok, reason = is_supported(*tensors, **{**kw, "safe_gate": True, "lower_bound": -5.0})
+    assert not ok and "lower-bound gate" in reason
+    assert set(ops.PENDING_CASES) <= {"varlen", "gva", "lower_bound"}
+    # a pending call reaches fla with the caller's arguments, untouched
+    out = chunk_kda(*gva, **kw_gva)
+    assert out is fla_rec.result and len(fla_rec.calls) == 1
 
 
 def test_the_device_gate_takes_sm90_only_unless_allowed(monkeypatch):

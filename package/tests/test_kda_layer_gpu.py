@@ -52,6 +52,16 @@ import torch.nn.functional as F
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
+
+@pytest.fixture(autouse=True)
+def _verify_pending_cases(monkeypatch):
+    """These tests are the GPU verification of the cases kernel_fun.kda still sends to fla
+    (ops.PENDING_CASES): they run the chain on every case."""
+    from kernel_fun.kda import ops
+
+    monkeypatch.setattr(ops, "PENDING_CASES", {})
+
+
 # The layer as it is trained (16 heads of 128, value heads twice as wide, width-4 conv).
 HIDDEN, HEADS, HEAD_DIM, EXPAND_V, CONV_SIZE = 2048, 16, 128, 2, 4
 B, T = 2, 2048
