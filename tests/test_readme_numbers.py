@@ -46,9 +46,14 @@ def _shape(rec_path: str, name: str) -> dict:
 def test_readme_research_numbers_are_the_committed_records() -> None:
     readme = (ROOT / "README.md").read_text()
     kda = "ladder/kernels/kda/ideas/001-intra-diag-parallel/records/"
+    kda2 = "ladder/kernels/kda/ideas/002-bwd-wide-ctas/records/"
     rows = [
         (kda + "20261130T174535Z-f56964fc.json", "prod", "| 001 at prod B16 T8192 H16 K128 V256 |", 3, 2),
         (kda + "20261130T174611Z-f56964fc.json", "deep-gate", "| 001 at deep-gate B4 T4000", 3, 3),
+        (kda2 + "20261130T190316Z-67918ee4.json", "prod", "| 002 at prod B16 T8192 H16 K128 V256 |", 3, 2),
+        (kda2 + "20261130T190358Z-67918ee4.json", "deep-gate", "| 002 at deep-gate B4 T4000", 3, 3),
+        (kda2 + "20261130T190358Z-67918ee4.json", "neg-eigval", "| 002 at neg-eigval B4 T4000", 3, 3),
+        (kda2 + "20261130T190358Z-67918ee4.json", "t2048", "| 002 at t2048 B16 T2048 |", 3, 3),
     ]  # fmt: skip
     for path, name, label, fwd_digits, bwd_digits in rows:
         e = _shape(path, name)
