@@ -714,6 +714,48 @@ def test_an_import_dropped_by_the_freeze_is_not_pulled_in(tmp_path):
     refused(lad.vendor("--record", rid), "ladder/kernels/toy/ideas/002-second/kernel.py:6:")
 
 
+def test_a_module_whose_every_use_was_frozen_away_is_not_written(tmp_path):
+    src = """
+    import os
+
+    from ladder.kernels.toy.ideas.i002 import helper
+
+    OURS = os.environ.get("TOY_OURS", "0") == "1"
+
+
+    def toy_fwd(x):
+        if OURS:
+            return helper.twice(x)
+        return x
+
+
+    def toy_bwd(x):
+        return x
+    """
+    helper = """
+    def twice(x):
+        return 2 * x
+    """
+    lad = FakeLadder(
+        tmp_path / "repo", modules={"002-second": {"kernel": "second", "helper": "helper"}}
+    )
+    lad.add_idea("002-second", {"kernel.py": src, "helper.py": helper})
+    lad.commit("ideas")
+    rid = lad.add_record("002-second", {})
+    lad.commit("record")
+    res = lad.vendor("--record", rid)
+    assert res.code == 0, res.stderr
+    kernels = lad.root / lad.package / "_kernels"
+    assert sorted(p.name for p in kernels.glob("*.py")) == ["__init__.py", "second.py"]
+    assert "helper" not in (kernels / "second.py").read_text()
+    # With the knob on, the helper is used and written.
+    rid = lad.add_record("002-second", {"TOY_OURS": True})
+    lad.commit("record")
+    res = lad.vendor("--record", rid)
+    assert res.code == 0, res.stderr
+    assert sorted(p.name for p in kernels.glob("*.py")) == ["__init__.py", "helper.py", "second.py"]
+
+
 def test_a_name_another_idea_reexports_is_kept(tmp_path):
     first = """
     import os

@@ -25,7 +25,7 @@ from .common import VendorError
 from .fmt import format_python
 from .freeze import Freezer
 from .gitread import read_blob, resolve_commit, sha256
-from .imports import IdeaImport, ImportResolver, ModKey, rewrite_imports
+from .imports import IdeaImport, ImportResolver, ModKey, rewrite_imports, syntactic_imports
 from .provenance import libcst_version, render_provenance, ruff_version, tool_sha256
 from .prune import prune
 from .source import source_text
@@ -245,7 +245,7 @@ def build(
 
     main = modules[(idea, "kernel")]
     _check_entry_points(main, spec)
-    pruned = prune(modules, spec)
+    pruned = still_imported(prune(modules, spec), (idea, "kernel"), modules)
 
     package_names = {key: spec.modules[key[0]][key[1]] for key in modules}
     outputs: dict[str, bytes] = {}
@@ -313,6 +313,22 @@ def build(
         inventory=inventory,
         sources=sources,
     )
+
+
+def still_imported(
+    pruned: Mapping[ModKey, cst.Module], root: ModKey, modules: Mapping[ModKey, SourceModule]
+) -> dict[ModKey, cst.Module]:
+    """The pruned modules ``root`` still imports, directly or through one another. A module
+    whose every use was frozen away (imported at the top, used only in a dropped branch)
+    is not written: its import was pruned with the last use."""
+    seen, todo = {root}, [root]
+    while todo:
+        key = todo.pop()
+        for imp in syntactic_imports(pruned[key], key, modules):
+            if imp.target not in seen:
+                seen.add(imp.target)
+                todo.append(imp.target)
+    return {k: m for k, m in pruned.items() if k in seen}
 
 
 def syntax_error(text: str, relpath: str, exc: cst.ParserSyntaxError) -> str:
