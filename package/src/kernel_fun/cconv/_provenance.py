@@ -28,5 +28,5 @@ OUTPUT_FILES = {
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "1fe0c0885290fe278e1ad4028bc44739b4b53489b4b7b15c3d44e310660cfc9f",
+    "tool_sha256": "789f4cc2cb143c38893ef68aa0a4b787772f59135cd15d00634f9d7fbf744d25",
 }

@@ -26,10 +26,9 @@ SOURCE_FILES = {
 OUTPUT_FILES = {
     "package/src/kernel_fun/kda/_kernels/__init__.py": "9a72da23dbedc1b3e88585a1716466dab0aebe786f9beda6fa06b8589faa524b",
     "package/src/kernel_fun/kda/_kernels/chain.py": "3a128e7eda79b8eec93d880c4b1b9aad6a7127770687bd18aa999dd45be33ac1",
-    "package/src/kernel_fun/kda/_kernels/intra.py": "3e354218bfa5a38adcf308efb54a042bdc66ae3699c7d40152323b738c9a1c25",
 }
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "1fe0c0885290fe278e1ad4028bc44739b4b53489b4b7b15c3d44e310660cfc9f",
+    "tool_sha256": "789f4cc2cb143c38893ef68aa0a4b787772f59135cd15d00634f9d7fbf744d25",
 }
