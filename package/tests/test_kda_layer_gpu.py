@@ -262,13 +262,14 @@ def _kda_chain_calls() -> Iterator[dict[str, int]]:
 
 
 def _step(
-    layer: nn.Module, x: torch.Tensor, do: torch.Tensor, amp: bool
+    layer: nn.Module, x: torch.Tensor, do: torch.Tensor, amp: bool, **layer_kwargs: object
 ) -> dict[str, torch.Tensor]:
-    """Forward + backward; returns output, input grad and every parameter grad (fp32 copies)."""
+    """Forward + backward; returns output, input grad and every parameter grad (fp32 copies).
+    layer_kwargs go to the layer's forward (cu_seqlens for a packed batch)."""
     layer.zero_grad(set_to_none=True)
     xg = x.detach().clone().requires_grad_(True)
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
-        o = layer(xg)[0]
+        o = layer(xg, **layer_kwargs)[0]
     o.backward(do.to(o.dtype))
     out = {"output": o.detach().float(), "dx": xg.grad.float()}
     for name, p in layer.named_parameters():
@@ -358,18 +359,6 @@ def test_kda_layer_matches_fla_to_its_own_tolerance(precision, capsys):
 VARLEN_LENGTHS = (1, 700, 63, 1, 1283)  # T = 2048: a length-1 sequence, partial chunks
 
 
-def _varlen_step(layer: nn.Module, x: torch.Tensor, do: torch.Tensor, cu: torch.Tensor):
-    """fp32 parameters under bf16 autocast, as the layer trains."""
-    layer.zero_grad(set_to_none=True)
-    xg = x.detach().clone().requires_grad_(True)
-    with torch.autocast("cuda", dtype=torch.bfloat16):
-        o = layer(xg, cu_seqlens=cu)[0]
-    o.backward(do.to(o.dtype))
-    out = {"output": o.detach().float(), "dx": xg.grad.float()}
-    out.update({n: p.grad.detach().float().clone() for n, p in layer.named_parameters()})
-    return out
-
-
 def _per_sequence_fp32(layer: nn.Module, x: torch.Tensor, do: torch.Tensor, lengths) -> dict:
     """The packed step's definition: each sequence alone through the fp32 layer (fp32
     weights, fla's fp32 reference recurrence and the conv's definition), outputs and input
@@ -399,12 +388,12 @@ def test_kda_layer_packed_sequences_match_per_sequence_fp32(capsys):
     do = torch.randn(1, total, HIDDEN, device=dev, generator=gen).to(torch.bfloat16)
     cu = torch.tensor([0, *torch.tensor(VARLEN_LENGTHS).cumsum(0).tolist()], device=dev)
 
-    _varlen_step(layer, x, do, cu)  # warm-up (autotuning) of both paths
+    _step(layer, x, do, True, cu_seqlens=cu)  # warm-up (autotuning) of both paths
     with _patched_fla():
-        _varlen_step(layer, x, do, cu)
-    fla_run = _varlen_step(layer, x, do, cu)
+        _step(layer, x, do, True, cu_seqlens=cu)
+    fla_run = _step(layer, x, do, True, cu_seqlens=cu)
     with _patched_fla(), _kda_chain_calls() as chain_calls:
-        ours = _varlen_step(layer, x, do, cu)
+        ours = _step(layer, x, do, True, cu_seqlens=cu)
     assert chain_calls == {"fwd": 1, "bwd": 1}, chain_calls
     ref = _per_sequence_fp32(layer, x, do, VARLEN_LENGTHS)
 
