@@ -669,7 +669,8 @@ def main(
         "device": _device_info(),
         "versions": kernel_fun.versions(),
         "kernel_fun_path": str(Path(kernel_fun.__file__).parent),
-        "commit": _git_head(Path(kernel_fun.__file__).parent),
+        # a copy of the tree without .git (a device machine) names its commit in the env
+        "commit": _git_head(Path(kernel_fun.__file__).parent) or os.environ.get("PRODTIME_COMMIT"),
         "settings": {
             "iters": iters,
             "layer_steps": layer_steps,

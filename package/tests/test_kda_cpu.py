@@ -161,16 +161,22 @@ def test_pending_cases_go_to_fla_with_the_reason(monkeypatch, chain, fla_rec):
     _as_if_on(monkeypatch, (9, 0))
     tensors, kw = _inputs(HV=2)  # H == HV: a dense call, in the box
     assert is_supported(*tensors, **kw) == (True, "supported")
-    gva, kw_gva = _inputs()  # HV = 2H
-    ok, reason = is_supported(*gva, **kw_gva)
-    assert not ok and "grouped value heads" in reason and "GPU tests" in reason
+    gva, kw_gva = _inputs()  # HV = 2H: passed its GPU tests, in the box
+    assert is_supported(*gva, **kw_gva) == (True, "supported")
+    assert is_supported(*tensors, **{**kw, "safe_gate": True, "lower_bound": -5.0})[0]
     cu = torch.tensor([0, 1, 10])
     packed = [t.reshape(1, 10, *t.shape[2:]) for t in tensors]
-    ok, reason = is_supported(*packed, **{**kw, "cu_seqlens": cu})
-    assert not ok and "packed sequences" in reason
-    ok, reason = is_supported(*tensors, **{**kw, "safe_gate": True, "lower_bound": -5.0})
-    assert not ok and "lower-bound gate" in reason
-    assert set(ops.PENDING_CASES) <= {"varlen", "gva", "lower_bound"}
+    assert is_supported(*packed, **{**kw, "cu_seqlens": cu}) == (True, "supported")
+    N, HV, V, K = 2, packed[2].shape[2], packed[2].shape[3], packed[0].shape[3]
+    h0 = torch.zeros(N, HV, V, K)
+    for extra in ({"output_final_state": True}, {"initial_state": h0}):
+        ok, reason = is_supported(*packed, **{**kw, "cu_seqlens": cu, **extra})
+        assert not ok and "packed sequences" in reason and "GPU tests" in reason, reason
+    assert set(ops.PENDING_CASES) <= {"varlen", "varlen_state", "gva", "lower_bound"}
+    # every case name the gate knows is honoured when pending
+    monkeypatch.setattr(ops, "PENDING_CASES", {"gva": "grouped value heads (HV > H)"})
+    ok, reason = is_supported(*gva, **kw_gva)
+    assert not ok and "grouped value heads" in reason
     # a pending call reaches fla with the caller's arguments, untouched
     out = chunk_kda(*gva, **kw_gva)
     assert out is fla_rec.result and len(fla_rec.calls) == 1

@@ -472,6 +472,25 @@ def _train(
     return losses, kernels
 
 
+def _learnable_tokens(vocab: int, size: tuple[int, int, int], dev, seed: int) -> torch.Tensor:
+    """Fresh token streams with structure a model can learn in a few steps (uniform random
+    tokens cannot be learned: the loss stays at log(vocab)). Tokens come from a fixed subset
+    of vocab // 16 ids, and each token is followed by a fixed successor 3 times in 4
+    (a first-order Markov chain), so the loss falls both from the unigram and from context."""
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    ids = torch.randperm(vocab, device=dev, generator=gen)[: vocab // 16]
+    n = ids.numel()
+    successor = torch.randperm(n, device=dev, generator=gen)
+    steps, batch, length = size
+    idx = torch.empty(steps, batch, length, dtype=torch.long, device=dev)
+    idx[..., 0] = torch.randint(0, n, (steps, batch), device=dev, generator=gen)
+    follow = torch.rand(steps, batch, length, device=dev, generator=gen) < 0.75
+    noise = torch.randint(0, n, (steps, batch, length), device=dev, generator=gen)
+    for t in range(1, length):
+        idx[..., t] = torch.where(follow[..., t], successor[idx[..., t - 1]], noise[..., t])
+    return ids[idx]
+
+
 def test_training_steps_follow_fla_loss_curve(capsys):
     dev = torch.device("cuda")
     # The layer test's B and T: the kernel configurations fla and kernel-fun autotune (some
@@ -479,8 +498,7 @@ def test_training_steps_follow_fla_loss_curve(capsys):
     vocab, n_layers, batch, seq = 4096, 2, B, T
     torch.manual_seed(0)
     init = _Stack(vocab, n_layers).to(dev)
-    gen = torch.Generator(device=dev).manual_seed(2)
-    tokens = torch.randint(0, vocab, (TRAIN_STEPS, batch, seq + 1), device=dev, generator=gen)
+    tokens = _learnable_tokens(vocab, (TRAIN_STEPS, batch, seq + 1), dev, seed=2)
 
     fla_losses, fla_kernels = _train(copy.deepcopy(init), tokens, TRAIN_STEPS, TRAIN_STEPS // 2)
     fla_again, _ = _train(copy.deepcopy(init), tokens, TRAIN_STEPS, None)

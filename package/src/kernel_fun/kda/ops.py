@@ -58,12 +58,13 @@ LOWER_BOUND_RANGE = (-5.0, 0.0)  # fla's safe range for the lower-bound gate: [-
 
 # Cases the gate can classify but the promoted chain has not yet passed its GPU tests on
 # (package/tests/test_kda_gpu.py and test_kda_layer_gpu.py run them with this emptied): they
-# go to fla until those tests pass on the H200. The chain's records (ladder kda/002) cover
-# dense calls, initial/final state, T not a multiple of 64 and beta in (0, 2).
+# go to fla until those tests pass on the H200. Passed there (H200, fla 0.6.0): dense calls,
+# initial/final state, T not a multiple of 64, beta in (0, 2), GVA, the lower-bound gate,
+# and packed sequences without a state (length-1 sequences included). Packed sequences with
+# an initial or final state have not passed yet. Known case names: "varlen", "varlen_state",
+# "gva", "lower_bound".
 PENDING_CASES: dict[str, str] = {
-    "varlen": "packed sequences (cu_seqlens)",
-    "gva": "grouped value heads (HV > H)",
-    "lower_bound": "the lower-bound gate (safe_gate=True)",
+    "varlen_state": "packed sequences (cu_seqlens) with an initial or final state",
 }
 L2NORM_ROWS_PER_BUCKET = 65536  # fla 0.6.0's l2norm: NB = cdiv(rows, 2048 * 32)
 
@@ -287,6 +288,10 @@ def _classify(
         return "this build has no vendored kda kernels (kernel_fun/kda/_kernels)"
     for case, present in (
         ("varlen", cu is not None),
+        (
+            "varlen_state",
+            cu is not None and (h0 is not None or bool(options["output_final_state"])),
+        ),
         ("gva", HV > H),
         ("lower_bound", bool(options["safe_gate"])),
     ):
