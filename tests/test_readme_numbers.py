@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-REPORT = ROOT / "docs" / "results" / "prodtime-h200-20261129.json"
+REPORT = ROOT / "docs" / "results" / "prodtime-h200-20261130.json"
 
 
 def test_readme_quotes_the_committed_prodtime_report() -> None:
@@ -23,9 +23,22 @@ def test_readme_quotes_the_committed_prodtime_report() -> None:
             f"{row['ratio']:.2f}x |"
         )
         assert line in readme, line
+    kda = report["kda"]
+    assert kda["agrees"] and kda["engaged"]
+    line = (
+        f"| `kernel_fun.kda.chunk_kda` | {kda['fla_ms']['median']:.2f} | "
+        f"{kda['kernel_fun_ms']['median']:.2f} | {kda['ratio']:.2f}x |"
+    )
+    assert line in readme, line
+    assert f"on {max(kda['rel_diff_vs_fla'], key=kda['rel_diff_vs_fla'].get)})" in readme
     layer = report["layer"]
     assert layer["kernel_fun"]["engaged"] and layer["kernel_fun"]["fla_conv_launches"] == 0
-    for key, label in (("fla", "fla"), ("kernel_fun", "`kernel_fun.patched_fla()`")):
+    sides = (
+        ("fla", "fla"),
+        ("cconv_only", '`kernel_fun.patched_fla("cconv")`'),
+        ("kernel_fun", "`kernel_fun.patched_fla()`"),
+    )
+    for key, label in sides:
         side = layer[key]
         line = (
             f"| {label} | {side['step_ms']['median']:.2f} | {side['conv_ms']:.2f} | "
@@ -33,7 +46,11 @@ def test_readme_quotes_the_committed_prodtime_report() -> None:
         )
         assert line in readme, line
     assert f"{layer['ratio']:.2f}x faster" in readme
+    assert f"the conv alone gives {layer['ratio_cconv_only']:.2f}x" in readme
+    assert f"the kda chain adds {layer['ratio_vs_cconv_only']:.2f}x" in readme
     assert layer["kernel_fun"]["conv_share"] < layer["fla"]["conv_share"]
+    # both families patched beat the conv alone
+    assert layer["ratio_vs_cconv_only"] > 1
 
 
 def _shape(rec_path: str, name: str) -> dict:

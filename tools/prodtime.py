@@ -28,7 +28,8 @@ in one process on one GPU:
           under bf16 autocast, so the conv sees bf16 x and an fp32 weight as in production;
           "bf16": every parameter bf16.
 
-Prints three tables and writes JSON (device, versions, date, command, all numbers). The
+Prints three tables and writes JSON (device, versions, date, command, commit, all numbers;
+the commit is git's HEAD of the package's checkout, or PRODTIME_COMMIT when set). The
 timed calls themselves take seconds; on a machine with cold Triton caches, compiling and
 autotuning fla's and kernel-fun's kernels during warm-up dominates the run (progress is
 logged as it goes, and `--skip-layer` leaves out the layer, the largest part of it).
@@ -669,8 +670,8 @@ def main(
         "device": _device_info(),
         "versions": kernel_fun.versions(),
         "kernel_fun_path": str(Path(kernel_fun.__file__).parent),
-        # a copy of the tree without .git (a device machine) names its commit in the env
-        "commit": _git_head(Path(kernel_fun.__file__).parent) or os.environ.get("PRODTIME_COMMIT"),
+        # PRODTIME_COMMIT names the commit of a copy of the tree whose .git is absent or stale
+        "commit": os.environ.get("PRODTIME_COMMIT") or _git_head(Path(kernel_fun.__file__).parent),
         "settings": {
             "iters": iters,
             "layer_steps": layer_steps,

@@ -5,8 +5,9 @@
 Same signature and return value as flash-linear-attention 0.6.0's `fla.ops.kda.chunk_kda`.
 Calls inside the supported box run the chain promoted from the ladder, once one is vendored
 (`_kernels/`, with `_provenance.py` naming the record and commit it came from); every other
-call is forwarded to fla verbatim, so the result is bit-identical to fla's there. No chain is
-vendored yet (no kda idea beats fla at prod), so today every call is fla's. `is_supported(...)` says which
+call is forwarded to fla verbatim, so the result is bit-identical to fla's there. The chain
+vendored now is ladder idea kda/002-bwd-wide-ctas (record 20261130T190316Z-67918ee4: 1.07x
+fla's forward+backward at B16 T8192 H16 K128 V256 on an H200). `is_supported(...)` says which
 case a call is and why; `warmup(...)` checks the fla internals the chain relies on and fills
 the compile and autotune caches.
 
@@ -15,7 +16,8 @@ layer's flags (use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_
 state_v_first all True); A_log [HV] and dt_bias [HV * K] fp32; the softplus gate, or
 safe_gate=True with lower_bound in [-5, 0); allow_neg_eigval either way; cu_seqlens (with or
 without cu_seqlens_cpu); fp32 initial_state and output_final_state; HV a multiple of H;
-K <= 256; chunk_size 64.
+K <= 256; chunk_size 64. Cases the chain has not yet passed its GPU tests on go to fla too
+(`ops.PENDING_CASES`: packed sequences with an initial or final state).
 """
 
 from .ops import chunk_kda, is_supported, warmup
