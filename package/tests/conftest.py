@@ -1,0 +1,85 @@
+"""GPU test speed-up, opt-in: KERNEL_FUN_TEST_FLA_CONFIGS=N keeps at most N configs in each of
+fla's autotuned kernels, so a cold machine compiles N configurations per kernel and key
+instead of fla's whole list (up to 48; fla's kda chain then compiles for minutes per new
+shape). Correctness tests do not depend on which configuration fla picks; timings do, so
+the ladder and prodtime never use it. Kept: the N configs with the fewest pipeline stages,
+then the fewest warps (the least shared memory and registers, so the most likely to fit);
+the autotuner still benchmarks among them and drops any that fail to compile."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+ENV = "KERNEL_FUN_TEST_FLA_CONFIGS"
+FLA_MODULES = ("fla.ops.kda", "fla.layers", "fla.modules")
+
+
+def _autotuners(modules):
+    """(qualified name, Autotuner) for every autotuned Triton kernel defined in `modules`,
+    looking through heuristics and other wrappers."""
+    from triton.runtime.autotuner import Autotuner
+    from triton.runtime.jit import KernelInterface
+
+    seen = set()
+    for mod in modules:
+        for name, obj in list(vars(mod).items()):
+            x, depth = obj, 0
+            while not isinstance(x, Autotuner) and isinstance(x, KernelInterface) and depth < 8:
+                x, depth = getattr(x, "fn", None), depth + 1
+            if isinstance(x, Autotuner) and id(x) not in seen:
+                seen.add(id(x))
+                yield f"{mod.__name__}.{name}", x
+
+
+def trim_fla_autotune(n: int) -> dict[str, tuple[int, int]]:
+    """Keep at most `n` configs in each of fla's autotuned kernels (imported first). Returns
+    {kernel: (configs before, configs after)}. ValueError when n < 1."""
+    import importlib
+
+    if n < 1:
+        raise ValueError(f"{ENV} must be a positive number of configs, got {n}")
+    for name in FLA_MODULES:
+        importlib.import_module(name)
+    modules = [m for k, m in list(sys.modules.items()) if k.startswith("fla.") and m is not None]
+    out = {}
+    for name, tuner in _autotuners(modules):
+        before = len(tuner.configs)
+        keep = sorted(tuner.configs, key=lambda c: (c.num_stages, c.num_warps))[:n]
+        tuner.configs = keep
+        tuner.cache.clear()
+        out[name] = (before, len(keep))
+    return out
+
+
+def pytest_configure(config):
+    raw = os.environ.get(ENV, "").strip()
+    if not raw:
+        return
+    try:
+        n = int(raw)
+    except ValueError:
+        raise ValueError(f"{ENV}={raw!r}: give a positive number of configs, e.g. 3") from None
+    here = os.path.dirname(os.path.abspath(__file__))
+    outside = [a for a in config.args if not os.path.abspath(a.split("::")[0]).startswith(here)]
+    if outside:  # the ladder's GPU tests time fla: its lists must stay whole there
+        raise pytest.UsageError(
+            f"{ENV} is for package/tests only (fla's timings elsewhere need its whole autotune "
+            f"lists); run those paths separately: {outside}"
+        )
+    try:
+        import fla  # noqa: F401
+    except ImportError:
+        return
+    trimmed = trim_fla_autotune(n)
+    config._kernel_fun_trimmed = trimmed  # for the report header
+
+
+def pytest_report_header(config):
+    trimmed = getattr(config, "_kernel_fun_trimmed", None)
+    if trimmed:
+        cut = sum(1 for b, a in trimmed.values() if a < b)
+        return f"{ENV}: fla's autotune lists cut to <= {os.environ[ENV]} configs ({cut} kernels)"
+    return None
