@@ -20,7 +20,7 @@ OUT ?= out
 # Yes/no switches (DRY_RUN, STRICT, JSON): on for 1/yes/true/on, off when unset, 0, no, ...
 on = $(filter 1 yes true on,$(shell echo '$(1)' | tr A-Z a-z))
 
-.PHONY: help setup test gpu-test lint vendor drift bench board winner wheel prodtime device clean
+.PHONY: help setup test gpu-test lint vendor drift bench board winner wheel prodtime fsdp2 device clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -58,6 +58,9 @@ wheel:  ## build the kernel-fun wheel into dist/ from a clean copy of package/, 
 
 prodtime:  ## fla vs kernel_fun at the production call and in a KDA layer step (GPU)
 	$(PY) tools/prodtime.py --out $(OUT)/prodtime.json
+
+fsdp2:  ## 2-layer KDA stack under FSDP2 on 2 GPUs, fla vs patch_fla(): same loss curve? (torchrun)
+	$(PY) -m torch.distributed.run --standalone --nproc_per_node 2 tools/fsdp2_kda.py --out $(OUT)/fsdp2.json
 
 device:  ## GPU stages in one call, logs and records under OUT (STAGES="env cconv layer ...")
 	OUT=$(OUT) PY=$(PY) $(if $(STAGES),STAGES="$(STAGES)") bash tools/device.sh

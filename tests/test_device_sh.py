@@ -114,3 +114,23 @@ def test_triton_cache_travels_between_calls(tmp_path: Path) -> None:
     )  # fmt: skip
     restored = second / "ab12" / pick.name
     assert restored.read_text() == pick.read_text(), res.stdout + res.stderr
+
+
+def test_the_fsdp2_stage_without_gpus_fails_and_logs_why(tmp_path: Path) -> None:
+    """`fsdp2` is a known stage; where no GPU is visible its processes refuse (usage) and
+    the stage fails, with the reason in OUT/fsdp2.log."""
+    out = tmp_path / "out"
+    env = {
+        **os.environ,
+        "STAGES": "fsdp2",
+        "OUT": str(out),
+        "PY": sys.executable,
+        "CUDA_VISIBLE_DEVICES": "",
+        "TRITON_CACHE_IN": str(tmp_path / "no-cache"),
+        "TRITON_CACHE_DIR": str(tmp_path / "tc"),
+    }
+    res = sh(env=env, timeout=300)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "no CUDA GPU visible" in (out / "fsdp2.log").read_text()
+    assert (out / "fsdp2.rc").read_text().startswith("rc=1 ")
+    assert not (out / "fsdp2.json").exists()

@@ -15,7 +15,8 @@
 # a cold machine) travels between machines: parts tc-all.part-* in TRITON_CACHE_IN (default
 # .tc, an ignored folder carried with the call) are unpacked into TRITON_CACHE_DIR first, and TRITON_CACHE_SAVE=1 packs the cache into
 # $OUT/tc-all.part-* (15 MB parts) at the end, to copy into .tc/ for the next call.
-# BENCH_FAMILY (default cconv) picks the family the bench stage benches.
+# BENCH_FAMILY (default cconv) picks the family the bench stage benches. `fsdp2` trains a
+# 2-layer KDA stack under FSDP2 on 2 GPUs, fla vs patched ($OUT/fsdp2.json, fsdp2.log).
 # Two entry points for checking the summary logic without a GPU:
 #   bash tools/device.sh --verdict RC LOG     the outcome line of a pytest run (exit 0 or 1)
 #   bash tools/device.sh --summary OUT STAGE...   the summary of OUT/<stage>.rc files
@@ -77,7 +78,7 @@ BENCH_FAMILY=${BENCH_FAMILY:-cconv}
 export PYTHONUNBUFFERED=1
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/kf-triton-cache}
 
-KNOWN="env gpu-test cconv kda layer ladder common bench drift prodtime"
+KNOWN="env gpu-test cconv kda layer ladder common bench drift prodtime fsdp2"
 for group in $STAGES; do  # every name is checked before anything runs
   IFS=+ read -r -a members <<<"$group"
   for stage in "${members[@]}"; do
@@ -161,6 +162,10 @@ one_stage() {
       ;;
     prodtime)
       run_stage prodtime "$PY" tools/prodtime.py --out "$OUT/prodtime.json"
+      ;;
+    fsdp2)  # 2 processes, one GPU each: fla vs patch_fla() under FSDP2 (needs 2 GPUs)
+      run_stage fsdp2 "$PY" -m torch.distributed.run --standalone --nproc_per_node 2 \
+        tools/fsdp2_kda.py --out "$OUT/fsdp2.json"
       ;;
     *)  # unreachable: names are checked above
       return 2
