@@ -134,3 +134,25 @@ def test_the_fsdp2_stage_without_gpus_fails_and_logs_why(tmp_path: Path) -> None
     assert "no CUDA GPU visible" in (out / "fsdp2.log").read_text()
     assert (out / "fsdp2.rc").read_text().startswith("rc=1 ")
     assert not (out / "fsdp2.json").exists()
+
+
+@pytest.mark.parametrize("stage, passed", [("common", True), ("ladder", False)])
+def test_pytest_workers_reach_the_test_groups_but_not_the_ladder(
+    tmp_path: Path, stage: str, passed: bool
+) -> None:
+    """PYTEST_WORKERS=N adds `-n N` to the compile-bound groups' pytest, never to the ladder's
+    (its tests time the GPU)."""
+    out = tmp_path / "out"
+    env = {
+        **os.environ,
+        "STAGES": stage,
+        "OUT": str(out),
+        "PY": sys.executable,
+        "PYTEST_WORKERS": "3",
+        "CUDA_VISIBLE_DEVICES": "",
+        "TRITON_CACHE_IN": str(tmp_path / "no-cache"),
+        "TRITON_CACHE_DIR": str(tmp_path / "tc"),
+    }
+    res = sh(env=env, timeout=300)
+    (line,) = [ln for ln in res.stdout.splitlines() if ln.startswith(f"=== {stage}: ")]
+    assert (" -n 3 " in line) is passed, line

@@ -15,6 +15,10 @@
 # a cold machine) travels between machines: parts tc-all.part-* in TRITON_CACHE_IN (default
 # .tc, an ignored folder carried with the call) are unpacked into TRITON_CACHE_DIR first, and TRITON_CACHE_SAVE=1 packs the cache into
 # $OUT/tc-all.part-* (15 MB parts) at the end, to copy into .tc/ for the next call.
+# On a cold machine the test groups are compile-bound: PYTEST_WORKERS=N runs the cconv, kda,
+# layer and common groups in N pytest-xdist processes, and KERNEL_FUN_TEST_FLA_CONFIGS=N
+# (package/tests/conftest.py) cuts fla's autotune lists to N configs for the package's tests
+# (never for ladder, bench or prodtime, which time fla).
 # BENCH_FAMILY (default cconv) picks the family the bench stage benches. `fsdp2` trains a
 # 2-layer KDA stack under FSDP2 on 2 GPUs, fla vs patched ($OUT/fsdp2.json, fsdp2.log).
 # Two entry points for checking the summary logic without a GPU:
@@ -143,9 +147,13 @@ one_stage() {
         ladder) files=tests/test_ladder_gpu.py ;;
         common) files="package/tests/test_cache.py package/tests/test_support.py package/tests/test_versions.py" ;;
       esac
+      workers=()  # PYTEST_WORKERS=N: N pytest-xdist processes (compile-bound groups, not ladder)
+      if [[ -n ${PYTEST_WORKERS:-} && $stage != ladder ]]; then
+        workers=(-n "$PYTEST_WORKERS")
+      fi
       # shellcheck disable=SC2086
       PYTEST_STAGE=1 run_stage "$stage" "$PY" -m pytest -q -m gpu -rs -p no:cacheprovider \
-        --junitxml "$OUT/$stage.xml" $files
+        "${workers[@]}" --junitxml "$OUT/$stage.xml" $files
       ;;
     bench)  # records need LADDER_COMMIT/LADDER_DIRTY when the tree has no usable .git
       before=$(mktemp)
