@@ -281,6 +281,7 @@ spec = importlib.util.spec_from_file_location("layer_test", sys.argv[2])
 lt = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(lt)
 from fla.modules.norm.fused_norm_gate import FusedRMSNormGated
+from kernel_fun._testing import learnable_tokens
 
 
 def gated_rms_norm(self, x, g, residual=None, prenorm=False, residual_in_fp32=False):
@@ -295,7 +296,7 @@ dist.init_process_group("gloo")
 rank, dev = dist.get_rank(), torch.device("cpu")
 mesh = init_device_mesh("cpu", (2,))
 init = fk.build_stack(False, fk.N_LAYERS, 0)
-tokens = fk.learnable_tokens(256, (2, 4, 17), dev, 2)[:, 2 * rank : 2 * rank + 2]
+tokens = learnable_tokens(256, (2, 4, 17), dev, 2)[:, 2 * rank : 2 * rank + 2]
 with lt._fp32_reference_kda():
     losses, _ = fk.train_sharded(init, tokens, 1e-3, dev, mesh, None)
 print(json.dumps({"rank": rank, "losses": losses.tolist()}))

@@ -9,7 +9,7 @@ test_kda_layer_gpu.py's `_Stack` at that test's sizes: hidden 2048, 16 heads of 
 expand_v 2, conv width 4, vocab 4096), shards each block and then the whole stack with
 `torch.distributed.fsdp.fully_shard` over all ranks (one GPU per process, NCCL), and trains
 it for --steps AdamW steps (lr 1e-3) on a fresh batch of learnable tokens per step (the
-layer test's `_learnable_tokens`): every rank generates the same global batch of
+`kernel_fun._testing.learnable_tokens`): every rank generates the same global batch of
 --batch x world-size sequences of --seq + 1 tokens and trains on its own --batch of them.
 The loss is the next-token cross-entropy (fp32) of the rank's shard; FSDP2 averages the
 gradients over the ranks, so a step follows the mean of the ranks' losses, which is what is
@@ -30,7 +30,7 @@ Checked, on every rank:
     mean of its last 5 losses below that of its first 5);
   * both families engaged: kernel-fun's kda chain forward and backward ran once per layer
     and step while patched and never unpatched (counted at the chain's entry points, as the
-    layer test's `_kda_chain_calls` does), and in one profiled step (the middle one) of each
+    layer test does, with `kernel_fun._testing.kda_chain_calls`), and in one profiled step (the middle one) of each
     run kernel-fun's conv kernels ("cconv_fwd", "cconv_bwd") ran at least 3 times per layer
     and fla's ("causal_conv1d_fwd_kernel", "causal_conv1d_bwd_kernel") not at all while
     patched, and the reverse unpatched (the layer test's `_witness`).
@@ -73,7 +73,7 @@ import socket
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -349,66 +349,22 @@ def build_stack(stand_in: bool, n_layers: int, seed: int) -> Any:
     return Stack()
 
 
-def learnable_tokens(vocab: int, size: tuple[int, int, int], dev: Any, seed: int) -> Any:
-    """Token streams [steps, batch, length] int64 on `dev` with structure a model learns in a
-    few steps (the layer test's `_learnable_tokens`): tokens from a fixed subset of
-    vocab // 16 ids, each followed by a fixed successor 3 times in 4."""
-    import torch
-
-    gen = torch.Generator(device=dev).manual_seed(seed)
-    ids = torch.randperm(vocab, device=dev, generator=gen)[: vocab // 16]
-    n = ids.numel()
-    successor = torch.randperm(n, device=dev, generator=gen)
-    steps, batch, length = size
-    idx = torch.empty(steps, batch, length, dtype=torch.long, device=dev)
-    idx[..., 0] = torch.randint(0, n, (steps, batch), device=dev, generator=gen)
-    follow = torch.rand(steps, batch, length, device=dev, generator=gen) < 0.75
-    noise = torch.randint(0, n, (steps, batch, length), device=dev, generator=gen)
-    for t in range(1, length):
-        idx[..., t] = torch.where(follow[..., t], successor[idx[..., t - 1]], noise[..., t])
-    return ids[idx]
-
-
 @contextlib.contextmanager
 def kda_chain_calls(active: bool) -> Iterator[dict[str, int]]:
-    """Count calls of kernel-fun's vendored kda chain forward and backward while the block
-    runs (the layer test's `_kda_chain_calls`); with active False, count nothing."""
+    """Calls of kernel-fun's vendored kda chain forward and backward while the block runs
+    (kernel_fun._testing.kda_chain_calls): {"chain_fwd", "chain_bwd"}, filled when the block
+    ends; with active False, nothing is counted (zeros)."""
     counts = {"chain_fwd": 0, "chain_bwd": 0}
     if not active:
         yield counts
         return
-    from kernel_fun.kda import ops
+    from kernel_fun._testing import kda_chain_calls as chain_calls
 
-    chain = ops._kernels()
-    if chain is None:
-        raise RuntimeError("this kernel-fun build has no vendored kda chain")
-    fwd, bwd = chain.kda_fwd, chain.kda_bwd
-
-    def counted_fwd(*args: Any, **kwargs: Any) -> Any:
-        counts["chain_fwd"] += 1
-        return fwd(*args, **kwargs)
-
-    def counted_bwd(*args: Any, **kwargs: Any) -> Any:
-        counts["chain_bwd"] += 1
-        return bwd(*args, **kwargs)
-
-    chain.kda_fwd, chain.kda_bwd = counted_fwd, counted_bwd
-    try:
-        yield counts
-    finally:
-        chain.kda_fwd, chain.kda_bwd = fwd, bwd
-
-
-def cuda_kernel_names(fn: Callable[[], object]) -> list[str]:
-    """Names of the CUDA kernels `fn` launched (torch.profiler, CUDA activity)."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    cuda = torch.autograd.DeviceType.CUDA
-    return [e.name for e in prof.events() if e.device_type == cuda]
+    with chain_calls() as live:
+        try:
+            yield counts
+        finally:
+            counts["chain_fwd"], counts["chain_bwd"] = live["fwd"], live["bwd"]
 
 
 def train_sharded(
@@ -425,6 +381,7 @@ def train_sharded(
     names of step `profile_step` (none when it is None)."""
     import torch
     import torch.nn.functional as F
+    from kernel_fun._testing import cuda_kernel_names
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     model = copy.deepcopy(init).to(device)
@@ -514,6 +471,7 @@ def main(
 
     import kernel_fun
     import torch.distributed as dist
+    from kernel_fun._testing import learnable_tokens
     from torch.distributed.device_mesh import init_device_mesh
 
     # The stack adds each block's output out of place, so FSDP2's note about blocks that

@@ -155,19 +155,11 @@ def best_rows(fla_keys: set, benchmarks: Iterable[dict]) -> Iterator[dict[str, A
 def _run_chain(B: int, T: int, H: int, K: int, V: int) -> float:
     import torch
     from fla.ops.kda import chunk_kda
+    from kernel_fun._testing import kda_op_inputs
 
-    dev = torch.device("cuda")
-    gen = torch.Generator(device=dev).manual_seed(0)
-
-    def randn(*size: int) -> Any:
-        return torch.randn(size, device=dev, generator=gen).to(torch.bfloat16)
-
-    q, k, g = randn(B, T, H, K), randn(B, T, H, K), randn(B, T, H, K)
-    v, beta, do = randn(B, T, H, V), randn(B, T, H), randn(B, T, H, V)
-    A_log = torch.empty(H, device=dev).uniform_(1, 16, generator=gen).log()
-    dt = torch.exp(torch.rand(H * K, device=dev, generator=gen) * math.log(100) + math.log(1e-3))
-    dt_bias = dt + torch.log(-torch.expm1(-dt))
-    leaves = [t.requires_grad_(True) for t in (q, k, v, g, beta)]
+    x = kda_op_inputs(B, T, H, K, V, torch.device("cuda"), seed=0)
+    leaves = [x[n].requires_grad_(True) for n in ("q", "k", "v", "g", "beta")]
+    A_log, dt_bias, do = x["A_log"], x["dt_bias"], x["do"]
     t0 = time.perf_counter()
     o, _ = chunk_kda(
         *leaves, A_log=A_log, dt_bias=dt_bias, use_qk_l2norm_in_kernel=True,

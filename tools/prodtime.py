@@ -39,6 +39,7 @@ no CUDA GPU.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import enum
 import json
@@ -567,26 +568,18 @@ def measure_kda(iters: int, warmup: int, console: Console) -> dict[str, Any]:
     """chunk_kda forward + backward through autograd at KDA_OP, fla vs kernel-fun."""
     import torch
     from fla.ops.kda import chunk_kda as fla_chunk_kda
+    from kernel_fun._testing import kda_chain_calls, kda_op_inputs
     from kernel_fun.kda import chunk_kda as our_chunk_kda
     from kernel_fun.kda import ops as kda_ops
 
     cfg = KDA_OP
     B, T, H, K, V = cfg["B"], cfg["T"], cfg["H"], cfg["K"], cfg["V"]
-    dev = torch.device("cuda")
-    gen = torch.Generator(device=dev).manual_seed(5)
-
-    def randn(*size: int) -> Any:
-        return torch.randn(size, device=dev, generator=gen).to(torch.bfloat16)
-
-    q, k, g = randn(B, T, H, K), randn(B, T, H, K), randn(B, T, H, K)
-    v, beta, do = randn(B, T, H, V), randn(B, T, H), randn(B, T, H, V)
-    A_log = torch.empty(H, device=dev).uniform_(1, 16, generator=gen).log()
-    dt = torch.exp(torch.rand(H * K, device=dev, generator=gen) * math.log(100) + math.log(1e-3))
-    dt_bias = dt + torch.log(-torch.expm1(-dt))
-    leaves = [t.requires_grad_(True) for t in (q, k, v, g, beta)]
+    x = kda_op_inputs(B, T, H, K, V, torch.device("cuda"), seed=5)
+    leaves = [x[n].requires_grad_(True) for n in ("q", "k", "v", "g", "beta")]
+    do = x["do"]
     flags = dict(
         use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True,
-        state_v_first=True, A_log=A_log, dt_bias=dt_bias,
+        state_v_first=True, A_log=x["A_log"], dt_bias=x["dt_bias"],
     )  # fmt: skip
 
     def run(fn: Callable[..., Any]) -> list[Any]:
@@ -594,29 +587,17 @@ def measure_kda(iters: int, warmup: int, console: Console) -> dict[str, Any]:
         return [o, *torch.autograd.grad(o, leaves, do)]
 
     console.log(f"kda: {warmup} warm-up calls each (cold Triton caches compile and tune here)")
-    chain = kda_ops._kernels()
-    calls = {"n": 0}
-    if chain is not None:
-        fwd0 = chain.kda_fwd
-
-        def counted(*a: Any, **kw: Any) -> Any:
-            calls["n"] += 1
-            return fwd0(*a, **kw)
-
-        chain.kda_fwd = counted
-    try:
+    counting = kda_chain_calls() if kda_ops._kernels() is not None else contextlib.nullcontext()
+    with counting as calls:
         for _ in range(warmup):
             ref, ours = run(fla_chunk_kda), run(our_chunk_kda)
-    finally:
-        if chain is not None:
-            chain.kda_fwd = fwd0
     names = ("o", "dq", "dk", "dv", "dg", "dbeta")
     diffs = {n: rel_l2(a, b) for n, a, b in zip(names, ours, ref)}
     out: dict[str, Any] = {
         **cfg,
         "rel_diff_vs_fla": diffs,
         "agrees": all(diffs[n] <= AGREE_TOL_KDA[n] for n in names),
-        "engaged": calls["n"] >= warmup,
+        "engaged": calls is not None and calls["fwd"] >= warmup and calls["bwd"] >= warmup,
     }
     if out["agrees"]:
         times = time_interleaved(

@@ -44,12 +44,15 @@ import contextlib
 import copy
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from kernel_fun._testing import cuda_kernel_names as _cuda_kernels
+from kernel_fun._testing import kda_chain_calls as _kda_chain_calls
+from kernel_fun._testing import learnable_tokens as _learnable_tokens
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -202,17 +205,6 @@ def _rel_l2(a: torch.Tensor, ref: torch.Tensor) -> float:
 # ------------------------------------------------------------------------------------------
 
 
-def _cuda_kernels(fn: Callable[[], object]) -> list[str]:
-    """Names of the CUDA kernels `fn` launched (torch.profiler, CUDA activity)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    cuda = torch.autograd.DeviceType.CUDA
-    return [e.name for e in prof.events() if e.device_type == cuda]
-
-
 def _count(names: list[str], needle: str) -> int:
     return sum(needle in n for n in names)
 
@@ -226,34 +218,6 @@ def _witness(names: list[str], patched: bool, convs_per_step: int) -> dict[str, 
     for k in absent:
         assert counts[k] == 0, f"{k} ran while {'patched' if patched else 'unpatched'}: {counts}"
     return counts
-
-
-@contextlib.contextmanager
-def _kda_chain_calls() -> Iterator[dict[str, int]]:
-    """Count calls of the vendored kda chain's forward and backward while the block runs.
-
-    The promoted chain launches some of fla's own kernels (under fla's names), so a kernel-name
-    witness cannot tell the two apart; the chain's entry points are counted instead."""
-    from kernel_fun.kda import ops
-
-    chain = ops._kernels()
-    assert chain is not None, "this build has no vendored kda chain"
-    counts = {"fwd": 0, "bwd": 0}
-    fwd, bwd = chain.kda_fwd, chain.kda_bwd
-
-    def counted_fwd(*args, **kwargs):
-        counts["fwd"] += 1
-        return fwd(*args, **kwargs)
-
-    def counted_bwd(*args, **kwargs):
-        counts["bwd"] += 1
-        return bwd(*args, **kwargs)
-
-    chain.kda_fwd, chain.kda_bwd = counted_fwd, counted_bwd
-    try:
-        yield counts
-    finally:
-        chain.kda_fwd, chain.kda_bwd = fwd, bwd
 
 
 # ------------------------------------------------------------------------------------------
@@ -470,25 +434,6 @@ def _train(
             loss = one_step()
         losses.append(float(loss))
     return losses, kernels
-
-
-def _learnable_tokens(vocab: int, size: tuple[int, int, int], dev, seed: int) -> torch.Tensor:
-    """Fresh token streams with structure a model can learn in a few steps (uniform random
-    tokens cannot be learned: the loss stays at log(vocab)). Tokens come from a fixed subset
-    of vocab // 16 ids, and each token is followed by a fixed successor 3 times in 4
-    (a first-order Markov chain), so the loss falls both from the unigram and from context."""
-    gen = torch.Generator(device=dev).manual_seed(seed)
-    ids = torch.randperm(vocab, device=dev, generator=gen)[: vocab // 16]
-    n = ids.numel()
-    successor = torch.randperm(n, device=dev, generator=gen)
-    steps, batch, length = size
-    idx = torch.empty(steps, batch, length, dtype=torch.long, device=dev)
-    idx[..., 0] = torch.randint(0, n, (steps, batch), device=dev, generator=gen)
-    follow = torch.rand(steps, batch, length, device=dev, generator=gen) < 0.75
-    noise = torch.randint(0, n, (steps, batch, length), device=dev, generator=gen)
-    for t in range(1, length):
-        idx[..., t] = torch.where(follow[..., t], successor[idx[..., t - 1]], noise[..., t])
-    return ids[idx]
 
 
 def test_training_steps_follow_fla_loss_curve(capsys):
