@@ -31,8 +31,10 @@ setup:  ## create .venv with everything the CPU tests need (keeps an installed t
 test:  ## every CPU test (GPU-marked tests are deselected; `make gpu-test` runs them)
 	$(PY) -m pytest -q -m "not gpu" tests package/tests
 
-gpu-test:  ## every GPU test, incl. an end-to-end prod bench (needs a CUDA GPU, sm90+)
-	$(PY) -m pytest -q -m gpu -rs tests package/tests
+gpu-test:  ## every GPU test, incl. an end-to-end prod bench (needs a CUDA GPU, sm90+); fails if none ran
+	@mkdir -p $(OUT); set -o pipefail; \
+	$(PY) -m pytest -q -m gpu -rs tests package/tests 2>&1 | tee $(OUT)/gpu-test.log; \
+	bash tools/device.sh --verdict $$? $(OUT)/gpu-test.log
 
 lint:  ## ruff check + format check
 	$(PY) -m ruff check .

@@ -4,6 +4,7 @@ with matplotlib (imported only when a plot is asked for)."""
 from __future__ import annotations
 
 import statistics
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +47,16 @@ def board_figure(board: Board) -> Any:
             ideas.append(p.idea)
     at = {(p.idea, p.shape): p for p in board.shapes}
     first = {n: next(p for p in board.shapes if p.shape == n) for n in names}
-    ticks = [f"{n}\n{_dims(first[n].fields)}" for n in names]
+    # long shape names and dims wrap, so neighbouring tick labels never overlap
+    ticks = [
+        "\n".join(
+            [
+                *textwrap.wrap(n, 14, break_on_hyphens=True),
+                *textwrap.wrap(_dims(first[n].fields), 12),
+            ]
+        )
+        for n in names
+    ]
     ceilings = [p.copy_ceiling_TBps for p in board.shapes]
     lo, hi = min(ceilings), max(ceilings)
     span = f"{lo:.2f} TB/s" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}-{hi:.2f} TB/s"
@@ -57,7 +67,7 @@ def board_figure(board: Board) -> Any:
         return k + (j - (len(series) - 1) / 2) * width
 
     fig, axes = plt.subplots(
-        2, 1, figsize=(max(7.0, 1.45 * len(names) + 2.5), 8.5), layout="constrained"
+        2, 1, figsize=(max(7.0, 1.6 * len(names) + 2.5), 9.0), layout="constrained"
     )
     for ax, direction in zip(axes, ("fwd", "bwd"), strict=True):
         top, seg_y, seg_x0, seg_x1 = 0.0, [], [], []
@@ -117,9 +127,12 @@ def board_figure(board: Board) -> Any:
 
 
 def _dims(fields: dict[str, Any]) -> str:
-    """The integer shape fields as a tick label: "B16 T8192 D2048 W4"."""
+    """The integer shape fields as a tick label: "B16 T8192 D2048 W4" (a case's seed and its
+    unset, zero, lower-case fields such as min_len are left out)."""
     return " ".join(
-        f"{k}{v}" for k, v in fields.items() if isinstance(v, int) and not isinstance(v, bool)
+        f"{k}{v}"
+        for k, v in fields.items()
+        if isinstance(v, int) and not isinstance(v, bool) and k != "seed" and (v or k.isupper())
     )
 
 

@@ -230,7 +230,7 @@ def new_family(name: str, root: Path | None = None) -> Path:
     if not paths.FAMILY_RE.match(name) or len(name) > SLUG_MAX:
         raise LadderError(
             f"family name {name!r} must be a short lower-case identifier (letters, digits, "
-            f"'_'), e.g. `python -m ladder new-family kda`"
+            f"'_'), e.g. `python -m ladder new-family gdn`"
         )
     if keyword.iskeyword(name):
         raise LadderError(

@@ -156,3 +156,17 @@ def test_pytest_workers_reach_the_test_groups_but_not_the_ladder(
     res = sh(env=env, timeout=300)
     (line,) = [ln for ln in res.stdout.splitlines() if ln.startswith(f"=== {stage}: ")]
     assert (" -n 3 " in line) is passed, line
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_gpu_test_fails_when_no_test_ran(tmp_path: Path) -> None:
+    """`make gpu-test` on a machine where every GPU test skips (no usable GPU) fails, and says
+    why, instead of passing green."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PY": sys.executable}
+    res = subprocess.run(
+        ["make", "-s", "gpu-test", f"OUT={tmp_path}", f"PY={sys.executable}"],
+        cwd=REPO, capture_output=True, text=True, env=env, timeout=300, check=False,
+    )  # fmt: skip
+    assert res.returncode != 0, res.stdout[-2000:]
+    assert "ran no tests" in res.stdout and "skipped" in res.stdout
+    assert (tmp_path / "gpu-test.log").is_file()

@@ -17,7 +17,8 @@ VPY="$VENV/bin/python"
 have() { "$VPY" -c "import $1" >/dev/null 2>&1; }
 
 if ! have torch; then
-  # The CPU build: a bare `torch` requirement would pull a multi-GB CUDA build.
+  # A pinned version: with the CPU wheel index or a local wheel directory pip takes the
+  # CPU build; from PyPI alone any torch requirement pulls a multi-GB CUDA build.
   "$VPY" -m pip install -q "torch==2.13.0"
 fi
 if ! have triton; then

@@ -27,6 +27,8 @@ Environment switches, read on every call (so they can be flipped on a running pr
     KERNEL_FUN_FALLBACK=1            on fla drift (a symbol or keyword this package calls moved),
                                      warn and fall back instead of raising FlaDriftError
     KERNEL_FUN_<FAMILY>_MIN_CTAS=N   a family's dispatch floor, where the family has one
+    KERNEL_FUN_ALLOW_ARCH=1          run the kernels on architectures their GPU tests have not
+                                     passed on (today only sm90 has); off: those calls go to fla
 
 Switch values: 1/true/yes/on and 0/false/no/off (any case); anything else is ignored with a
 warning logged once.
