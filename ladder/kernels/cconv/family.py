@@ -91,8 +91,17 @@ KNOB_RULES = {
 }
 
 # The one declared place mapping idea modules (file stem in the idea folder) to module names
-# in package/src/kernel_fun/cconv/_kernels/. An idea not listed cannot be vendored.
-VENDOR = {"package": "kernel_fun.cconv", "modules": {"001-strip-onepass": {"kernel": "strip"}}}
+# in package/src/kernel_fun/cconv/_kernels/. An idea not listed cannot be vendored. A literal:
+# the vendor reads it from this file's source. kernel_fun.cconv.ops imports the box kernels
+# of 003 (strip3) or 002 (strip2), whichever is vendored, and 001's dense pair otherwise.
+VENDOR = {
+    "package": "kernel_fun.cconv",
+    "modules": {
+        "001-strip-onepass": {"kernel": "strip"},
+        "002-strip-box": {"kernel": "strip2"},
+        "003-strip-merge": {"kernel": "strip3", "box": "strip3box"},
+    },
+}
 
 
 @dataclass(frozen=True)
@@ -456,7 +465,6 @@ CASES = {
     "fp32": "x in float32",
 }
 CASE_ENTRY_POINTS = ("cconv_fwd_case", "cconv_bwd_case")
-VENDOR["modules"]["002-strip-box"] = {"kernel": "strip2"}
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 """Where kernel_fun.cconv._kernels came from. Literals only: tools/drift.py reads them
 with ast.literal_eval and never imports this module."""
 
-SOURCE_COMMIT = "4c4335cc33f74a063b8c29ecb7a90f84e7930cc7"
+SOURCE_COMMIT = "d719f98145eecd6e914f78232af9156c3652b092"
 RECORD = {
     "idea": "001-strip-onepass",
     "record_id": "20261129T124028Z-8f487179",
@@ -22,8 +22,8 @@ SOURCE_FILES = {
     "ladder/kernels/cconv/ideas/001-strip-onepass/kernel.py": "4393563b8effbae577a87e0b868392c81fd03350dc61ccea0bd523172f6c5ab1",
 }
 OUTPUT_FILES = {
-    "package/src/kernel_fun/cconv/_kernels/__init__.py": "9baeeb0ea0b7caed488d8bf1bd787f6f083b34745df3deccb61b97dff5580e36",
-    "package/src/kernel_fun/cconv/_kernels/strip.py": "89f3e1d73335c097b7ab35824d192631c83e8b2c45bc6a2671496b9be9b6d737",
+    "package/src/kernel_fun/cconv/_kernels/__init__.py": "8044663f59d20273034fef5593aaa1131033d6dd1e9033b065d94cbe026b42ee",
+    "package/src/kernel_fun/cconv/_kernels/strip.py": "0671a3e5759c29cad56b04056f23923dae1a6eefeb8afdddd32902022f580dac",
 }
 VENDOR = {
     "libcst": "1.9.0",

@@ -5,10 +5,12 @@ The gate is a whitelist. `FLA_PARAMETERS` classifies every parameter of fla's
 `causal_conv1d`; a keyword fla may grow later lands in `**kwargs`, and any keyword there
 forces the fallback, so a flag this package has never seen can never be silently ignored.
 
-Two generations of kernels: `_kernels/strip.py` (idea 001: bf16/fp16 x, silu, no optional
-argument) and `_kernels/strip2.py` (idea 002: every case of fla's causal_conv1d but
-`backend="cuda"` / `"mix"` and `cp_context`, and the decode step). strip2 is imported on
-first use; until it is vendored (`_box()` is None) only 001's case runs our kernels.
+Three generations of kernels: `_kernels/strip.py` (idea 001: bf16/fp16 x, silu, no optional
+argument), `_kernels/strip2.py` (idea 002: every case of fla's causal_conv1d but
+`backend="cuda"` / `"mix"` and `cp_context`, and the decode step) and `_kernels/strip3.py`
+(idea 003: 001's dense loop and, through `strip3box.py`, 002's kernels for the other cases;
+the same functions as strip2). The box module, strip3 or else strip2, is imported on first
+use; while neither is vendored (`_box()` is None) only 001's case runs our kernels.
 
 The entry point is opaque to torch.compile (`torch.compiler.disable`) and every tensor
 operation of our path runs inside one `torch.autograd.Function`. Every launch, forward and
@@ -26,6 +28,7 @@ from .._common import compat, support
 
 FAMILY = "cconv"
 BOX_MODULE = "kernel_fun.cconv._kernels.strip2"  # idea 002, once vendored
+MERGED_MODULE = "kernel_fun.cconv._kernels.strip3"  # idea 003, once vendored (tried first)
 ACTIVATIONS = (None, "silu", "swish")
 STRIP_X_DTYPES = (torch.float16, torch.bfloat16)  # idea 001
 BOX_X_DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # idea 002
@@ -77,17 +80,21 @@ def _kernels():
 
 
 def _box():
-    """The 002 kernels (every case), or None while they are not vendored. Looked up once."""
+    """The kernels of every case (003's strip3, else 002's strip2: conv_fwd, conv_bwd,
+    cconv_update, cconv_fwd, cconv_bwd), or None while neither is vendored. Looked up once."""
     global _box_mod
     if _box_mod is False:
         import importlib
 
-        try:
-            _box_mod = importlib.import_module(BOX_MODULE)
-        except ModuleNotFoundError as exc:
-            if exc.name != BOX_MODULE:
-                raise
-            _box_mod = None
+        _box_mod = None
+        for name in (MERGED_MODULE, BOX_MODULE):
+            try:
+                _box_mod = importlib.import_module(name)
+            except ModuleNotFoundError as exc:
+                if exc.name != name:
+                    raise
+                continue
+            break
     return _box_mod
 
 
@@ -216,7 +223,7 @@ def _classify(
         return f"initial_state must be a float [N={N}, D={D}, W={W}] tensor on {dev}"
     need = _needs_box(x, activation, options)
     if need is not None and _box() is None:
-        return f"{need} needs the cconv 002 kernels, which this build does not include"
+        return f"{need} needs the cconv 002 or 003 kernels, which this build does not include"
     needs_grad = torch.is_grad_enabled() and any(
         isinstance(t, torch.Tensor) and t.requires_grad for t in (x, weight, bias, residual, h0)
     )
@@ -231,7 +238,8 @@ def _case(options: dict[str, Any]) -> tuple:
 
 
 def _dense():
-    """The kernels of the dense case: 002's once vendored, else 001's."""
+    """The kernels of the dense case: the box module's once vendored (003's are 001's loop),
+    else 001's."""
     return _box() or _kernels()
 
 
@@ -261,7 +269,8 @@ class _CausalConv1dSilu(torch.autograd.Function):
 
 
 class _CausalConv1d(torch.autograd.Function):
-    """(y, final_state) of fla's causal_conv1d, every case, through idea 002's kernels.
+    """(y, final_state) of fla's causal_conv1d, every case, through the box module (idea 003's
+    or 002's kernels).
 
     Gradients: x, weight, bias, residual (dy itself), initial_state; final_state's gradient
     (dht) flows back into x and the initial state."""
@@ -447,7 +456,7 @@ def _update_reason(x, cache, residual, weight, bias, activation) -> str | None:
     if residual is not None and not (_is_float_on(residual, dev) and residual.shape == x.shape):
         return f"residual must be a float tensor shaped like x on {dev}"
     if _box() is None:
-        return "the decode step needs the cconv 002 kernels, which this build does not include"
+        return "the decode step needs the cconv 002 or 003 kernels, which this build lacks"
     return None
 
 
