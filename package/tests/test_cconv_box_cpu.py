@@ -352,8 +352,7 @@ def _gate_args(**over):
         {"activation": "swish", "output_final_state": None},
         {"x": torch.randn(2, 8, 16)},
         {"x": torch.randn(1, 8, 16).half(), "cu_seqlens": torch.tensor([0, 3, 8])},
-        {"x": torch.randn(1, 8, 16), "cu_seqlens": torch.tensor([0, 8], dtype=torch.int32),
-         "cu_seqlens_cpu": torch.tensor([0, 8]), "chunk_indices": torch.zeros(1, 2)},
+        {"x": torch.randn(1, 8, 16), "cu_seqlens": torch.tensor([0, 8], dtype=torch.int32)},
         {"x": torch.randn(1, 8, 16), "cu_seqlens": torch.tensor([0, 1, 8]),
          "initial_state": torch.zeros(2, 16, 4)},
     ],
@@ -378,6 +377,23 @@ def test_the_gate_admits_every_case_of_the_box(routed, over):
         ({"x": torch.randn(1, 8, 16), "cu_seqlens": torch.tensor([[0, 8]])}, "cu_seqlens"),
         ({"cu_seqlens_cpu": torch.tensor([0, 8])}, "cu_seqlens_cpu"),
         ({"chunk_indices": torch.zeros(1, 2)}, "chunk_indices"),
+        # beside cu_seqlens too, even exact: fla computes with them, our kernels without
+        (
+            {
+                "x": torch.randn(1, 8, 16),
+                "cu_seqlens": torch.tensor([0, 8]),
+                "cu_seqlens_cpu": torch.tensor([0, 8]),
+            },
+            "cu_seqlens_cpu",
+        ),
+        (
+            {
+                "x": torch.randn(1, 8, 16),
+                "cu_seqlens": torch.tensor([0, 8]),
+                "chunk_indices": torch.tensor([[0, 0]]),
+            },
+            "chunk_indices",
+        ),
         ({"output_final_state": 1}, "output_final_state"),
         ({"x": torch.randn(2, 8, 16).double()}, "dtype"),
         ({"weight": torch.randn(16, 5)}, "W=5"),

@@ -260,7 +260,7 @@ def test_the_layer_call_is_inside_the_box(in_box):
     packed = [t.reshape(1, 10, *t.shape[2:]) for t in tensors]
     for extra in (
         dict(initial_state=h0, output_final_state=True, cu_seqlens=cu),
-        dict(cu_seqlens=cu, cu_seqlens_cpu=cu.clone()),
+        dict(cu_seqlens=cu),
         dict(safe_gate=True, lower_bound=-5.0),
         dict(safe_gate=True, lower_bound=-0.5, allow_neg_eigval=True),
         dict(chunk_size=64, scale=0.3),
@@ -301,6 +301,20 @@ def _out_of_box_cases():
         ({"cu_seqlens": torch.tensor([0, 5])}, "B == 1"),
         ({"cu_seqlens_cpu": torch.tensor([0, 5])}, "cu_seqlens_cpu"),
     ]
+
+
+def test_a_packed_call_with_cu_seqlens_cpu_goes_to_fla(in_box, fla_rec):
+    """fla chunks by cu_seqlens_cpu when given, the chain by cu_seqlens: a copy that differs
+    (or merely might) must not run the chain, even when it is exact."""
+    tensors, kw = _inputs()
+    packed = [t.reshape(1, 10, *t.shape[2:]) for t in tensors]
+    cu = torch.tensor([0, 1, 4, 10])
+    for cpu in (cu.clone(), torch.tensor([0, 3, 10]), torch.tensor([0.0, 10.0])):
+        call = {**kw, "cu_seqlens": cu, "cu_seqlens_cpu": cpu}
+        ok, reason = is_supported(*packed, **call)
+        assert not ok and "cu_seqlens_cpu" in reason, reason
+        assert chunk_kda(*packed, **call) is fla_rec.result
+    assert in_box.calls == []
 
 
 @pytest.mark.parametrize("extra, needle", _out_of_box_cases())

@@ -49,8 +49,8 @@ FLA_PARAMETERS: dict[str, str] = {
     "activation": "ours: None, 'silu' or 'swish'",
     "backend": "ours: 'triton'; 'cuda' / 'mix' go to fla",
     "cu_seqlens": "ours: None or a 1-D int32/int64 tensor [N+1] on x's device, with B = 1",
-    "cu_seqlens_cpu": "ours: ignored hint, only beside cu_seqlens",
-    "chunk_indices": "ours: ignored hint, only beside cu_seqlens",
+    "cu_seqlens_cpu": "default-only (None): fla chunks by it, our kernels by cu_seqlens",
+    "chunk_indices": "default-only (None): fla's kernels read it, ours derive it from cu_seqlens",
     "cp_context": "default-only (None): context parallelism goes to fla",
     "kwargs": "default-only (empty): any extra keyword goes to fla",
 }
@@ -207,9 +207,13 @@ def _classify(
         return f"bias must be a float [D={D}] tensor on {dev}"
     if residual is not None and not (_is_float_on(residual, dev) and residual.shape == x.shape):
         return f"residual must be a float tensor shaped like x on {dev}"
+    # fla's chunking hints: fla computes with them as given, our kernels from cu_seqlens; the
+    # two agree only if the hints are exact, which cannot be checked without a device sync.
+    # (fla's layers never pass them.)
+    for hint in ("cu_seqlens_cpu", "chunk_indices"):
+        if options[hint] is not None:
+            return f"{hint} is given (fla computes with it; our kernels derive it from cu_seqlens)"
     if cu is None:
-        if options["cu_seqlens_cpu"] is not None or options["chunk_indices"] is not None:
-            return "cu_seqlens_cpu / chunk_indices without cu_seqlens are not supported"
         N = B
     else:
         if not (isinstance(cu, torch.Tensor) and cu.device == dev and cu.dtype in SEQLEN_DTYPES):
