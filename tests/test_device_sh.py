@@ -141,10 +141,14 @@ def test_pytest_workers_reach_the_test_groups_but_not_the_ladder(
     tmp_path: Path, stage: str, passed: bool
 ) -> None:
     """PYTEST_WORKERS=N adds `-n N` to the compile-bound groups' pytest, never to the ladder's
-    (its tests time the GPU)."""
+    (its tests time the GPU). A stand-in `xdist` module passes the script's import check."""
     out = tmp_path / "out"
+    fake = tmp_path / "fake"
+    (fake / "xdist").mkdir(parents=True)
+    (fake / "xdist" / "__init__.py").write_text("")
     env = {
         **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(fake), os.environ.get("PYTHONPATH", "")]),
         "STAGES": stage,
         "OUT": str(out),
         "PY": sys.executable,
@@ -170,3 +174,22 @@ def test_make_gpu_test_fails_when_no_test_ran(tmp_path: Path) -> None:
     assert res.returncode != 0, res.stdout[-2000:]
     assert "ran no tests" in res.stdout and "skipped" in res.stdout
     assert (tmp_path / "gpu-test.log").is_file()
+
+
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        ({"STAGES": "   "}, "STAGES is empty"),
+        ({"STAGES": "cconv+"}, "empty stage"),
+        ({"STAGES": "cconv++kda"}, "empty stage"),
+        ({"STAGES": "bogus"}, "unknown stage 'bogus'"),
+        ({"STAGES": "common", "PYTEST_WORKERS": "abc"}, "positive number"),
+        ({"STAGES": "common", "PYTEST_WORKERS": "0"}, "positive number"),
+    ],
+)
+def test_bad_settings_are_refused_before_anything_runs(tmp_path: Path, extra, needle) -> None:
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out), "PY": sys.executable, **extra}
+    res = sh(env=env)
+    assert res.returncode == 2 and needle in res.stderr, res.stderr
+    assert not out.exists()  # nothing made, nothing run

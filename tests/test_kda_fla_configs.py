@@ -70,3 +70,24 @@ def test_without_a_gpu_it_says_so(tmp_path):
     if proc.returncode == 0:
         pytest.fail("ran without a GPU")
     assert proc.returncode == 2 and "no CUDA GPU" in proc.stderr, proc.stderr[-1000:]
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--kernels", ","], "names no kernel"),
+        (["--K", "300"], "K <= 256"),
+        (["--out", "{tmp}"], "is a folder"),
+    ],
+)
+def test_bad_arguments_are_refused_before_any_work(tmp_path, args, needle):
+    import subprocess
+
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    if "--out" not in args:
+        args += ["--out", str(tmp_path / "r.json")]
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools/kda_fla_configs.py"), *args],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 2 and needle in proc.stderr, proc.stderr[-1000:]

@@ -72,8 +72,6 @@ esac
 
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
-mkdir -p "$OUT"
-OUT_ABS=$(cd "$OUT" && pwd)
 STAGES=${STAGES:-"env cconv"}  # one call per stage group: a cold one can take minutes
 PY=${PY:-python3}
 BENCH_IDEAS=${BENCH_IDEAS:-"000 001"}
@@ -83,15 +81,29 @@ export PYTHONUNBUFFERED=1
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/kf-triton-cache}
 
 KNOWN="env gpu-test cconv kda layer ladder common bench drift prodtime fsdp2"
+usage() {
+  echo "device.sh: $1" >&2
+  exit 2
+}
+[[ -n ${STAGES// /} ]] || usage "STAGES is empty (known stages: $KNOWN)"
 for group in $STAGES; do  # every name is checked before anything runs
+  [[ $group != +* && $group != *+ && $group != *++* ]] \
+    || usage "empty stage in group '$group' of STAGES=\"$STAGES\" (join names with single +)"
   IFS=+ read -r -a members <<<"$group"
   for stage in "${members[@]}"; do
     if [[ " $KNOWN " != *" $stage "* ]]; then
-      echo "device.sh: unknown stage '$stage' in STAGES=\"$STAGES\" (known: $KNOWN)" >&2
-      exit 2
+      usage "unknown stage '$stage' in STAGES=\"$STAGES\" (known: $KNOWN)"
     fi
   done
 done
+if [[ -n ${PYTEST_WORKERS:-} ]]; then
+  [[ $PYTEST_WORKERS =~ ^[1-9][0-9]*$ ]] \
+    || usage "PYTEST_WORKERS=$PYTEST_WORKERS: give a positive number of pytest-xdist processes"
+  "$PY" -c "import xdist" 2>/dev/null \
+    || usage "PYTEST_WORKERS needs pytest-xdist, which $PY cannot import (unset PYTEST_WORKERS)"
+fi
+mkdir -p "$OUT"
+OUT_ABS=$(cd "$OUT" && pwd)
 
 if ! "$PY" -c "import fla, libcst" >/dev/null 2>&1 && compgen -G ".whl/*.whl" >/dev/null; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

@@ -170,6 +170,28 @@ def _run_chain(B: int, T: int, H: int, K: int, V: int) -> float:
     return time.perf_counter() - t0
 
 
+def _usage(message: str) -> None:
+    typer.echo(f"kda_fla_configs: error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def _check_args(out: Path, kernels: str, K: int) -> None:
+    """Refuse what would fail only after minutes of compiling: an --out that cannot be
+    written, no kernel named, a K fla's chain does not take."""
+    if out.is_dir():
+        _usage(f"--out {out} is a folder; give a file name, e.g. {out / 'kda-fla-configs.json'}")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        _usage(f"--out {out}: cannot create {out.parent} ({exc.strerror or exc})")
+    if not os.access(out.parent, os.W_OK):
+        _usage(f"--out {out}: the folder {out.parent} is not writable")
+    if not [n for n in kernels.split(",") if n.strip()]:
+        _usage("--kernels names no kernel; give comma-separated fla kernel names")
+    if K > 256:
+        _usage(f"--K {K}: fla's kda chain takes K <= 256")
+
+
 app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
 
 
@@ -185,13 +207,14 @@ def main(
 ) -> None:
     """Widen the named kernels' autotune lists, run chunk_kda once, report the gains."""
     os.environ["FLA_CACHE_MODE"] = "disabled"  # read when fla is first imported
+    _check_args(out, kernels, K)
     import torch
 
     if not torch.cuda.is_available():
         typer.echo("kda_fla_configs: error: no CUDA GPU (run it on the H200)", err=True)
         raise typer.Exit(2)
     tuners = autotuners()
-    names = [n for n in kernels.split(",") if n]
+    names = [n.strip() for n in kernels.split(",") if n.strip()]
     unknown = sorted(set(names) - set(tuners))
     if unknown:
         typer.echo(

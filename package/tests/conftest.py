@@ -58,10 +58,9 @@ def pytest_configure(config):
     raw = os.environ.get(ENV, "").strip()
     if not raw:
         return
-    try:
-        n = int(raw)
-    except ValueError:
-        raise ValueError(f"{ENV}={raw!r}: give a positive number of configs, e.g. 3") from None
+    if not raw.isdigit() or int(raw) < 1:
+        raise pytest.UsageError(f"{ENV}={raw!r}: give a positive number of configs, e.g. 3")
+    n = int(raw)
     here = os.path.dirname(os.path.abspath(__file__))
     outside = [a for a in config.args if not os.path.abspath(a.split("::")[0]).startswith(here)]
     if outside:  # the ladder's GPU tests time fla: its lists must stay whole there
