@@ -39,6 +39,12 @@ def test_cconv_warmup_refuses_bad_arguments(kwargs, needle) -> None:
         ((16,), dict(B=1.5), "B[0] must be a positive int, got 1.5"),
         ((16,), dict(T_max=-8), "T_max must be a positive int, got -8"),
         ((16,), dict(dtype=torch.float64.itemsize), "dtype must be a torch.dtype"),
+        ((16,), dict(safe_gate="yes"), "safe_gate='yes' is not a bool"),
+        ((16,), dict(varlen=1), "varlen=1 is not a bool"),
+        ((16,), dict(safe_gate=True), "needs lower_bound in [-5.0, 0.0)"),
+        ((16,), dict(safe_gate=True, lower_bound=5.0), "needs lower_bound in [-5.0, 0.0), got 5.0"),
+        ((16,), dict(safe_gate=True, lower_bound=float("nan")), "needs lower_bound"),
+        ((16,), dict(lower_bound=-1.0), "lower_bound=-1.0 without safe_gate=True"),
     ],
 )
 def test_kda_warmup_refuses_bad_arguments(args, kwargs, needle) -> None:
@@ -52,3 +58,4 @@ def test_good_arguments_still_pass_without_a_gpu(monkeypatch) -> None:
     # numpy integers are sizes too; a valid call does nothing on a CPU-only machine
     assert cconv.warmup(np.int64(2048), 4, B=2, T_max=64) == 0
     assert kda.warmup(16, 32, 128, 128, B=(1, 4), T_max=128, varlen=True) == 0
+    assert kda.warmup(16, safe_gate=True, lower_bound=-5.0, state=True) == 0

@@ -528,6 +528,23 @@ def _warm_inputs(B, T, H, HV, K, V, dtype, dev, lower_bound, state, N):
     return q, k, v, g, beta, A_log, dt_bias, h0
 
 
+def _check_warmup_flags(lower_bound: Any, **flags: Any) -> None:
+    """ValueError for warmup flags that are not bools, or a lower_bound that does not fit
+    safe_gate (a number in LOWER_BOUND_RANGE with safe_gate=True, None without)."""
+    for name, value in flags.items():
+        if not _is_flag(value):
+            raise ValueError(f"warmup: {name}={value!r} is not a bool")
+    lo, hi = LOWER_BOUND_RANGE
+    if flags["safe_gate"]:
+        ok = isinstance(lower_bound, (int, float)) and not isinstance(lower_bound, bool)
+        if not ok or not lo <= lower_bound < hi:
+            raise ValueError(
+                f"warmup: safe_gate=True needs lower_bound in [{lo}, {hi}), got {lower_bound!r}"
+            )
+    elif lower_bound is not None:
+        raise ValueError(f"warmup: lower_bound={lower_bound!r} without safe_gate=True")
+
+
 def warmup(
     H: int,
     HV: int | None = None,
@@ -559,7 +576,10 @@ def warmup(
     number of warm-up calls made (0 when our kernels are not used here, e.g. on a CPU-only
     machine or outside the supported box). Raises ValueError, on any machine, for an H, HV, K,
     V, B or T_max that is not a positive int, an HV that is not a multiple of H (fla's GVA
-    rule) or an empty B, and TypeError for a dtype that is not a torch.dtype.
+    rule) or an empty B, flags that are not bools, or a lower_bound that does not fit
+    safe_gate (in [-5, 0) with safe_gate=True, None without), and TypeError for a dtype that
+    is not a torch.dtype. Settings outside the box (e.g. K > 256, fp32) return 0 and log why
+    once, at WARNING.
     """
     HV = H if HV is None else HV
     batches = tuple(B) if isinstance(B, (tuple, list)) else (B,)
@@ -570,6 +590,10 @@ def warmup(
     if HV % H:
         raise ValueError(f"warmup: HV={HV} is not a multiple of H={H}; fla's GVA needs HV % H == 0")
     support.check_dtypes(dtype=dtype)
+    _check_warmup_flags(
+        varlen=varlen, safe_gate=safe_gate, allow_neg_eigval=allow_neg_eigval, state=state,
+        backward=backward, lower_bound=lower_bound,
+    )  # fmt: skip
     if not compat.check_fla(FAMILY) or not torch.cuda.is_available():
         return 0
     dev = torch.device("cuda", torch.cuda.current_device()) if device is None else device
@@ -600,8 +624,14 @@ def warmup(
                         if t is not None:
                             t.requires_grad_(True)
                 call = dict(initial_state=h0, cu_seqlens=cu, A_log=A_log, dt_bias=dt_bias, **flags)
-                ok, _ = is_supported(q, k, v, g, beta, **call)
+                ok, reason = is_supported(q, k, v, g, beta, **call)
                 if not ok:
+                    import logging
+
+                    support.log_once(
+                        f"kda warmup: these settings go to fla ({reason}); nothing to warm",
+                        logging.WARNING,
+                    )
                     return calls
                 with torch.set_grad_enabled(backward):
                     o, ht = chunk_kda(q, k, v, g, beta, **call)
