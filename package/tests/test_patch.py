@@ -156,6 +156,55 @@ def test_context_manager_nests_and_keeps_an_outer_patch(_clean_state):
     assert fla_ops.causal_conv1d is ORIGINAL
 
 
+def test_an_explicit_patch_inside_a_block_outlives_the_block(_clean_state):
+    with patched_fla("cconv"):
+        patch_fla("cconv")
+    assert is_patched("cconv") and fla_ops.causal_conv1d is REPLACEMENT
+    unpatch_fla()
+    assert fla_ops.causal_conv1d is ORIGINAL
+
+
+def test_overlapping_blocks_exit_in_any_order(_clean_state):
+    a, b = patched_fla("cconv"), patched_fla("cconv")
+    a.__enter__()
+    b.__enter__()
+    a.__exit__(None, None, None)  # a closes first: b still holds the family
+    assert fla_ops.causal_conv1d is REPLACEMENT
+    b.__exit__(None, None, None)
+    assert fla_ops.causal_conv1d is ORIGINAL and not is_patched("cconv")
+
+
+def test_blocks_in_two_threads_keep_each_other_patched(_clean_state):
+    import threading
+
+    inside, release, seen = threading.Barrier(2), threading.Event(), []
+
+    def worker(first_out: bool):
+        with patched_fla("cconv"):
+            inside.wait()
+            if not first_out:
+                release.wait()
+            seen.append(fla_ops.causal_conv1d is REPLACEMENT)
+        if first_out:
+            seen.append(fla_ops.causal_conv1d is REPLACEMENT)  # the other block is open
+            release.set()
+
+    threads = [threading.Thread(target=worker, args=(f,)) for f in (True, False)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert seen == [True, True, True]
+    assert fla_ops.causal_conv1d is ORIGINAL
+
+
+def test_an_explicit_unpatch_inside_a_block_unpatches_at_once(_clean_state):
+    with patched_fla("cconv"):
+        unpatch_fla("cconv")
+        assert fla_ops.causal_conv1d is ORIGINAL
+    assert fla_ops.causal_conv1d is ORIGINAL and not is_patched("cconv")
+
+
 @pytest.mark.parametrize(
     "call",
     [

@@ -117,6 +117,11 @@ class _Patch:
 
 _LOCK = threading.RLock()
 _ACTIVE: dict[str, list[_Patch]] = {}
+# Who keeps a family patched: open patched_fla() blocks (a count per family) and explicit
+# patch_fla() calls (until unpatch_fla()). A block's exit unpatches a family only when no
+# other block holds it and no explicit patch_fla() asked for it.
+_HOLDS: dict[str, int] = {}
+_EXPLICIT: set[str] = set()
 
 
 # ------------------------------------------------------------------------------------------
@@ -501,8 +506,18 @@ def patch_fla(families: str | Iterable[str] | None = None) -> dict[str, tuple[st
     Raises ValueError for an unknown family name (listing the known ones) and PatchError
     when the installed fla lacks what a family replaces, or kernel_fun's replacement does
     not import; then nothing is patched (all families of the call are rolled back).
+    A family patched here stays patched until `unpatch_fla`, whatever `patched_fla` blocks
+    open and close around it.
     """
     names = _families(families)
+    with _LOCK:
+        result = _patch(names)
+        _EXPLICIT.update(names)
+        return result
+
+
+def _patch(names: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """patch_fla's work, without marking the families as explicitly patched."""
     with _LOCK:
         plans: list[tuple[str, list[_Patch]]] = []
         extensions: list[tuple[_Patch, list[_Site]]] = []
@@ -551,6 +566,12 @@ def unpatch_fla(families: str | Iterable[str] | None = None) -> dict[str, tuple[
     Raises ValueError for an unknown family name.
     """
     names = _families(families)
+    with _LOCK:
+        _EXPLICIT.difference_update(names)
+        return _unpatch(names)
+
+
+def _unpatch(names: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
     out: dict[str, tuple[str, ...]] = {}
     with _LOCK:
         for name in names:
@@ -597,19 +618,31 @@ def patched_fla(
     """Context manager: `patch_fla(families)` on entry, undo on exit (also on an exception).
     families as for `patch_fla` (default: every known family).
 
-    Only the families this block patched are unpatched on exit, so blocks nest and a family
-    patched before entering stays patched after leaving. Yields what `patch_fla` returns.
-    Raises as `patch_fla` does, on entry.
+    Blocks are counted per family: on exit a family is unpatched only when no other open
+    block holds it and no `patch_fla` call (before or inside the block) asked for it, so
+    blocks nest, overlap and exit in any order (threads included), and a family patched
+    explicitly stays patched. An explicit `unpatch_fla` inside a block unpatches at once.
+    Yields what `patch_fla` returns. Raises as `patch_fla` does, on entry (then nothing is
+    held).
     """
     names = _families(families)
     with _LOCK:
-        fresh = tuple(n for n in names if n not in _ACTIVE)
-        result = patch_fla(names)
+        result = _patch(names)
+        for n in names:
+            _HOLDS[n] = _HOLDS.get(n, 0) + 1
     try:
         yield result
     finally:
-        if fresh:
-            unpatch_fla(fresh)
+        with _LOCK:
+            done = []
+            for n in names:
+                _HOLDS[n] -= 1
+                if _HOLDS[n] == 0:
+                    del _HOLDS[n]
+                    if n not in _EXPLICIT:
+                        done.append(n)
+            if done:
+                _unpatch(tuple(done))
 
 
 def is_patched(family: str = "cconv") -> bool:
