@@ -292,3 +292,16 @@ def test_vendoring_an_uncommitted_idea_says_commit_first(tmp_path):
     res = invoke(vendor.app, ["later", "--repo", str(lad.root)])
     assert res.code == 2
     assert "ladder/kernels/later/family.py is in the working tree but not committed" in res.stderr
+
+
+def test_vendoring_from_a_commit_before_the_family_existed_says_so(tmp_path):
+    lad = vendored(tmp_path)
+    before = lad.git("rev-parse", "HEAD").strip()
+    lad.write("ladder/kernels/later/family.py", 'FAMILY = "later"\n')
+    lad.commit("add family later")
+    res = invoke(vendor.app, ["later", "--repo", str(lad.root), "--commit", before])
+    assert res.code == 2
+    line = res.stderr.strip()
+    assert "\n" not in line
+    assert f"ladder/kernels/later/family.py does not exist at {before}" in line
+    assert "committed later" in line and "not committed" not in line

@@ -204,6 +204,19 @@ def inputs_commit(repo: Path, head: str, spec: vl.FamilySpec, result: vl.VendorR
 
 
 def _not_committed(repo: Path, sha: str, commit: str, what: str) -> vl.VendorError:
+    """`what` is in the working tree but not at `sha`: uncommitted, or committed only later
+    than the commit asked for."""
+    import subprocess
+
+    log = subprocess.run(
+        ["git", "-C", str(repo), "log", "-1", "--format=%H", "--", what],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if log.returncode == 0 and log.stdout.strip():
+        return vl.VendorError(
+            f"{what} does not exist at {commit} ({sha[:12]}); it was committed later (last "
+            f"changed in {log.stdout.strip()[:12]}): vendor from a commit that has it"
+        )
     return vl.VendorError(
         f"{what} is in the working tree but not committed; the vendor reads git objects at "
         f"{commit} ({sha[:12]}), so commit it first"
