@@ -181,6 +181,8 @@ ENV2 = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "
         (ENV2, "nccl", False, 2, None),
         ({**ENV2, "WORLD_SIZE": "4"}, "nccl", False, 2, None),  # 2 nodes of 2
         (ENV2, "gloo", True, None, None),
+        ({**ENV2, "WORLD_SIZE": "abc"}, "nccl", False, 2, "WORLD_SIZE='abc': not a process"),
+        ({**ENV2, "LOCAL_RANK": "-1"}, "nccl", False, 2, "LOCAL_RANK='-1'"),
     ],
 )  # fmt: skip
 def test_usage_problems(env, backend, stand_in, gpus, expected) -> None:

@@ -117,6 +117,10 @@ def usage_problem(
     probed, i.e. for --stand-in)."""
     if not all(k in env for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")):
         return f"not launched by torchrun (RANK, WORLD_SIZE, LOCAL_RANK unset); run: {LAUNCH}"
+    bad = [k for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+           if k in env and not str(env[k]).isdigit()]  # fmt: skip
+    if bad:
+        return f"{', '.join(f'{k}={env[k]!r}' for k in bad)}: not a process count or index; run: {LAUNCH}"
     world = int(env["WORLD_SIZE"])
     if world < 2:
         return (
