@@ -30,5 +30,5 @@ OUTPUT_FILES = {
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "789f4cc2cb143c38893ef68aa0a4b787772f59135cd15d00634f9d7fbf744d25",
+    "tool_sha256": "fedf7cd415d37e029f49d2c9043e0d3ead7306a76d58b6fb0c9fca0c042fbc98",
 }
