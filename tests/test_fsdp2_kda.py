@@ -301,7 +301,9 @@ init = fk.build_stack(False, fk.N_LAYERS, 0)
 tokens = learnable_tokens(256, (2, 4, 17), dev, 2)[:, 2 * rank : 2 * rank + 2]
 with lt._fp32_reference_kda():
     losses, _ = fk.train_sharded(init, tokens, 1e-3, dev, mesh, None)
-print(json.dumps({"rank": rank, "losses": losses.tolist()}))
+# one file per rank: lines two processes print to one pipe can interleave
+with open(f"{sys.argv[3]}/rank{rank}.json", "w") as f:
+    json.dump({"rank": rank, "losses": losses.tolist()}, f)
 dist.destroy_process_group()
 """
 
@@ -315,11 +317,11 @@ def test_fla_kda_stack_shards_and_trains_under_fully_shard(tmp_path: Path) -> No
     worker = tmp_path / "worker.py"
     worker.write_text(_REAL_LAYER_WORKER)
     res = subprocess.run(
-        [*TORCHRUN, str(worker), str(SCRIPT), str(LAYER_TEST)],
+        [*TORCHRUN, str(worker), str(SCRIPT), str(LAYER_TEST), str(tmp_path)],
         cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=180, check=False,
     )  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr[-4000:]
-    rows = [json.loads(ln) for ln in res.stdout.splitlines() if ln.startswith('{"rank"')]
+    rows = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("rank*.json"))]
     assert sorted(r["rank"] for r in rows) == [0, 1], res.stdout
     for r in rows:
         assert len(r["losses"]) == 2 and all(math.isfinite(v) for v in r["losses"])
