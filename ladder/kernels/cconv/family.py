@@ -99,7 +99,7 @@ VENDOR = {
     "modules": {
         "001-strip-onepass": {"kernel": "strip"},
         "002-strip-box": {"kernel": "strip2"},
-        "003-strip-merge": {"kernel": "strip3", "box": "strip3box"},
+        "003-strip-merge": {"kernel": "strip3"},  # imports 002's module (strip2)
     },
 }
 

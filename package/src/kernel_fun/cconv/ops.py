@@ -8,7 +8,7 @@ forces the fallback, so a flag this package has never seen can never be silently
 Three generations of kernels: `_kernels/strip.py` (idea 001: bf16/fp16 x, silu, no optional
 argument), `_kernels/strip2.py` (idea 002: every case of fla's causal_conv1d but
 `backend="cuda"` / `"mix"` and `cp_context`, and the decode step) and `_kernels/strip3.py`
-(idea 003: 001's dense loop and, through `strip3box.py`, 002's kernels for the other cases;
+(idea 003: 001's dense loop and, through the `strip2` module it imports, 002's kernels for the other cases;
 the same functions as strip2). The box module, strip3 or else strip2, is imported on first
 use; while neither is vendored (`_box()` is None) only 001's case runs our kernels.
 

@@ -1,5 +1,5 @@
 """cconv/003 strip-merge: 001's dense loop, with its bf16 silu exact in the negative tail, and
-002's kernels (box.py, a copy of 002's kernel.py) for every other case of fla 0.6.0's
+002's kernels (idea 002's kernel module, imported as `box`) for every other case of fla 0.6.0's
 causal_conv1d and for its decode step.
 
 Which kernels run: `cconv_fwd` / `cconv_bwd` (the family's dense entry points) are 001's
@@ -34,7 +34,7 @@ Tap convention (fla's): weight[d, k] multiplies x[t - (W-1) + k], so the tap for
 weight[d, W-1-j]; below, w_j is that tap and taps j >= W do not exist (compile-time W).
 
 Env knobs (DESIGN.md form; the vendor freezes them to the winning record's values; all but
-CCONV_FAST_SIGMOID are read in box.py, where 002 read them, and imported here):
+CCONV_FAST_SIGMOID are read by idea 002's module, and imported here):
     CCONV_TARGET_PROGRAMS  rows per segment are sized so a 1024-wide strip has about this
                            many programs
     CCONV_FAST_SIGMOID     on bf16 tensors, sigmoid via one tanh.approx.f32 (MUFU), and
@@ -54,10 +54,10 @@ import os
 import torch
 import triton
 import triton.language as tl
-from ladder.kernels.cconv.ideas.i003 import box
+from ladder.kernels.cconv.ideas.i002 import kernel as box
 
-# The knobs 001 and 002 share are read once, in box.py (the same names and defaults in both).
-from ladder.kernels.cconv.ideas.i003.box import (
+# The knobs 001 and 002 share are read once, by 002's module (the same names and defaults).
+from ladder.kernels.cconv.ideas.i002.kernel import (
     AUTOTUNE,
     FIXED_G,
     FIXED_WARPS,
