@@ -3,7 +3,7 @@
 """Where kernel_fun.cconv._kernels came from. Literals only: tools/drift.py reads them
 with ast.literal_eval and never imports this module."""
 
-SOURCE_COMMIT = "d719f98145eecd6e914f78232af9156c3652b092"
+SOURCE_COMMIT = "481277b620d6dfb4f857bce9463b1781c5ab9914"
 RECORD = {
     "idea": "001-strip-onepass",
     "record_id": "20261129T124028Z-8f487179",
@@ -22,8 +22,8 @@ SOURCE_FILES = {
     "ladder/kernels/cconv/ideas/001-strip-onepass/kernel.py": "4393563b8effbae577a87e0b868392c81fd03350dc61ccea0bd523172f6c5ab1",
 }
 OUTPUT_FILES = {
-    "package/src/kernel_fun/cconv/_kernels/__init__.py": "8044663f59d20273034fef5593aaa1131033d6dd1e9033b065d94cbe026b42ee",
-    "package/src/kernel_fun/cconv/_kernels/strip.py": "0671a3e5759c29cad56b04056f23923dae1a6eefeb8afdddd32902022f580dac",
+    "package/src/kernel_fun/cconv/_kernels/__init__.py": "d9d172810a2f4be68cc1addba6683e4d807232dd861978a02618dca5cef57c08",
+    "package/src/kernel_fun/cconv/_kernels/strip.py": "787e0a419134463dce419cbe7d0813bd80c740081f2dea479c1f1ec3794fb21a",
 }
 VENDOR = {
     "libcst": "1.9.0",
