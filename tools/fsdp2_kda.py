@@ -5,7 +5,7 @@
 
 Every process builds the same stack from the same seed (token embedding, 2 pre-norm residual
 blocks of fla's KimiDeltaAttention, final norm, linear head: package/tests/
-test_kda_layer_gpu.py's `_Stack` at that test's sizes: hidden 2048, 16 heads of 128,
+test_kda_layer_gpu.py's stack (`kernel_fun._testing.block_stack`) at that test's sizes: hidden 2048, 16 heads of 128,
 expand_v 2, conv width 4, vocab 4096), shards each block and then the whole stack with
 `torch.distributed.fsdp.fully_shard` over all ranks (one GPU per process, NCCL), and trains
 it for --steps AdamW steps (lr 1e-3) on a fresh batch of learnable tokens per step (the
@@ -77,7 +77,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import typer
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import typer  # noqa: E402
+from outpath import out_problem  # noqa: E402
 
 EXIT_FAIL = 1
 EXIT_USAGE = 2
@@ -324,33 +327,16 @@ def build_stack(stand_in: bool, n_layers: int, seed: int) -> Any:
     """The stack on the CPU, fp32, initialized from `seed` (the same weights on every rank):
     tokens [B, T] int64 -> logits [B, T, vocab]."""
     import torch
-    import torch.nn as nn
+    from kernel_fun._testing import block_stack
 
     z = STAND_IN_SIZES if stand_in else KDA_SIZES
     hidden, vocab = z["hidden"], z["vocab"]
 
-    class Stack(nn.Module):
-        """Token embedding, N pre-norm residual blocks, final norm, linear head."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.embed = nn.Embedding(vocab, hidden)
-            self.norms = nn.ModuleList(nn.RMSNorm(hidden, eps=1e-5) for _ in range(n_layers))
-            self.blocks = nn.ModuleList(
-                _stand_in_block(hidden, z["conv_size"]) if stand_in else _kda_block(i)
-                for i in range(n_layers)
-            )
-            self.norm_f = nn.RMSNorm(hidden, eps=1e-5)
-            self.head = nn.Linear(hidden, vocab, bias=False)
-
-        def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-            h = self.embed(tokens)
-            for norm, block in zip(self.norms, self.blocks):
-                h = h + block(norm(h))[0]
-            return self.head(self.norm_f(h))
+    def make_block(i: int) -> Any:
+        return _stand_in_block(hidden, z["conv_size"]) if stand_in else _kda_block(i)
 
     torch.manual_seed(seed)
-    return Stack()
+    return block_stack(vocab, hidden, n_layers, make_block)
 
 
 @contextlib.contextmanager
@@ -464,14 +450,9 @@ def main(
     if problem:
         _fail_usage(problem, rank)
     if rank == 0:  # refuse an --out rank 0 cannot write before minutes of training
-        if out.is_dir():
-            _fail_usage(f"--out {out} is a folder; give a file name, e.g. {out / 'fsdp2.json'}", 0)
-        try:
-            out.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            _fail_usage(f"--out {out}: cannot create {out.parent} ({exc.strerror or exc})", 0)
-        if not os.access(out.parent, os.W_OK):
-            _fail_usage(f"--out {out}: the folder {out.parent} is not writable", 0)
+        problem = out_problem(out, "fsdp2.json")
+        if problem:
+            _fail_usage(problem, 0)
 
     import kernel_fun
     import torch.distributed as dist

@@ -23,12 +23,16 @@ import importlib
 import json
 import math
 import os
+import sys
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-import typer
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import typer  # noqa: E402
+from outpath import out_problem  # noqa: E402
 
 FLA_MODULES = (
     "fla.ops.kda.chunk_bwd",
@@ -58,21 +62,11 @@ WIDER_WARPS = (8, 16)
 
 
 def autotuners(module_names: Iterable[str] = FLA_MODULES) -> dict[str, Any]:
-    """{kernel name: its triton Autotuner} for the autotuned kernels defined in the modules,
-    looking through heuristics and other wrappers."""
-    from triton.runtime.autotuner import Autotuner
-    from triton.runtime.jit import KernelInterface
+    """{kernel name: its triton Autotuner} for the autotuned kernels the modules define."""
+    from kernel_fun._testing import autotuners as found
 
-    out: dict[str, Any] = {}
-    for name in module_names:
-        mod = importlib.import_module(name)
-        for attr, obj in vars(mod).items():
-            x, depth = obj, 0
-            while not isinstance(x, Autotuner) and isinstance(x, KernelInterface) and depth < 8:
-                x, depth = getattr(x, "fn", None), depth + 1
-            if isinstance(x, Autotuner):
-                out[attr] = x
-    return out
+    modules = [importlib.import_module(n) for n in module_names]
+    return {name.rsplit(".", 1)[1]: t for name, t in found(modules).items()}
 
 
 def config_key(c: Any) -> tuple:
@@ -178,14 +172,9 @@ def _usage(message: str) -> None:
 def _check_args(out: Path, kernels: str, K: int) -> None:
     """Refuse what would fail only after minutes of compiling: an --out that cannot be
     written, no kernel named, a K fla's chain does not take."""
-    if out.is_dir():
-        _usage(f"--out {out} is a folder; give a file name, e.g. {out / 'kda-fla-configs.json'}")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        _usage(f"--out {out}: cannot create {out.parent} ({exc.strerror or exc})")
-    if not os.access(out.parent, os.W_OK):
-        _usage(f"--out {out}: the folder {out.parent} is not writable")
+    problem = out_problem(out, "kda-fla-configs.json")
+    if problem:
+        _usage(problem)
     if not [n for n in kernels.split(",") if n.strip()]:
         _usage("--kernels names no kernel; give comma-separated fla kernel names")
     if K > 256:

@@ -52,7 +52,10 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import typer
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import typer  # noqa: E402
+from outpath import out_problem  # noqa: E402
 from rich.console import Console
 from rich.table import Table
 
@@ -304,15 +307,9 @@ def _require_gpu() -> None:
 
 def _check_out(out: Path) -> None:
     """Refuse an --out that cannot be written, before minutes of measuring."""
-    if out.is_dir():
-        _usage_error(f"--out {out} is a folder; give a file name, e.g. {out / 'prodtime.json'}")
-    parent = out.parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        _usage_error(f"--out {out}: cannot create its folder {parent} ({exc.strerror or exc})")
-    if not os.access(parent, os.W_OK):
-        _usage_error(f"--out {out}: the folder {parent} is not writable")
+    problem = out_problem(out, "prodtime.json")
+    if problem:
+        _usage_error(problem)
 
 
 def _usage_error(message: str) -> None:

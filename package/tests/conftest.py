@@ -17,23 +17,6 @@ ENV = "KERNEL_FUN_TEST_FLA_CONFIGS"
 FLA_MODULES = ("fla.ops.kda", "fla.layers", "fla.modules")
 
 
-def _autotuners(modules):
-    """(qualified name, Autotuner) for every autotuned Triton kernel defined in `modules`,
-    looking through heuristics and other wrappers."""
-    from triton.runtime.autotuner import Autotuner
-    from triton.runtime.jit import KernelInterface
-
-    seen = set()
-    for mod in modules:
-        for name, obj in list(vars(mod).items()):
-            x, depth = obj, 0
-            while not isinstance(x, Autotuner) and isinstance(x, KernelInterface) and depth < 8:
-                x, depth = getattr(x, "fn", None), depth + 1
-            if isinstance(x, Autotuner) and id(x) not in seen:
-                seen.add(id(x))
-                yield f"{mod.__name__}.{name}", x
-
-
 def trim_fla_autotune(n: int) -> dict[str, tuple[int, int]]:
     """Keep at most `n` configs in each of fla's autotuned kernels (imported first). Returns
     {kernel: (configs before, configs after)}. ValueError when n < 1."""
@@ -45,7 +28,9 @@ def trim_fla_autotune(n: int) -> dict[str, tuple[int, int]]:
         importlib.import_module(name)
     modules = [m for k, m in list(sys.modules.items()) if k.startswith("fla.") and m is not None]
     out = {}
-    for name, tuner in _autotuners(modules):
+    from kernel_fun._testing import autotuners
+
+    for name, tuner in autotuners(modules).items():
         before = len(tuner.configs)
         keep = sorted(tuner.configs, key=lambda c: (c.num_stages, c.num_warps))[:n]
         tuner.configs = keep

@@ -50,6 +50,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from kernel_fun._testing import block_stack
 from kernel_fun._testing import cuda_kernel_names as _cuda_kernels
 from kernel_fun._testing import kda_chain_calls as _kda_chain_calls
 from kernel_fun._testing import learnable_tokens as _learnable_tokens
@@ -386,22 +387,9 @@ def test_kda_layer_packed_sequences_match_per_sequence_fp32(capsys):
 # ------------------------------------------------------------------------------------------
 
 
-class _Stack(nn.Module):
+def _stack(vocab: int, n_layers: int) -> nn.Module:
     """Token embedding, N pre-norm residual KDA blocks, final norm, linear head."""
-
-    def __init__(self, vocab: int, n_layers: int) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(vocab, HIDDEN)
-        self.norms = nn.ModuleList(nn.RMSNorm(HIDDEN, eps=1e-5) for _ in range(n_layers))
-        self.blocks = nn.ModuleList(_kda(i) for i in range(n_layers))
-        self.norm_f = nn.RMSNorm(HIDDEN, eps=1e-5)
-        self.head = nn.Linear(HIDDEN, vocab, bias=False)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        h = self.embed(tokens)
-        for norm, block in zip(self.norms, self.blocks):
-            h = h + block(norm(h))[0]
-        return self.head(self.norm_f(h))
+    return block_stack(vocab, HIDDEN, n_layers, _kda)
 
 
 def _train(
@@ -442,7 +430,7 @@ def test_training_steps_follow_fla_loss_curve(capsys):
     # are keyed on the batch or the row count) are then the ones its amp run tuned.
     vocab, n_layers, batch, seq = 4096, 2, B, T
     torch.manual_seed(0)
-    init = _Stack(vocab, n_layers).to(dev)
+    init = _stack(vocab, n_layers).to(dev)
     tokens = _learnable_tokens(vocab, (TRAIN_STEPS, batch, seq + 1), dev, seed=2)
 
     fla_losses, fla_kernels = _train(copy.deepcopy(init), tokens, TRAIN_STEPS, TRAIN_STEPS // 2)

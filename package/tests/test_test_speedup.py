@@ -27,12 +27,13 @@ def test_trimming_keeps_the_fewest_stages_then_warps():
     code = """
 import conftest
 from fla.ops.kda import chunk_bwd
-before = {n: list(t.configs) for n, t in conftest._autotuners([chunk_bwd])}
+from kernel_fun._testing import autotuners
+before = {n: list(t.configs) for n, t in autotuners([chunk_bwd]).items()}
 out = conftest.trim_fla_autotune(2)
 big = [n for n, cs in before.items() if len(cs) > 2]
 assert big, before
 for n in big:
-    (t,) = [t for m, t in conftest._autotuners([chunk_bwd]) if m == n]
+    t = autotuners([chunk_bwd])[n]
     assert out[n] == (len(before[n]), 2), out[n]
     order = sorted(before[n], key=lambda c: (c.num_stages, c.num_warps))
     assert t.configs == order[:2]

@@ -7,13 +7,16 @@ tools/fsdp2_kda.py, tools/kda_fla_configs.py); not public API.
 - `cuda_kernel_names(fn)`: the CUDA kernels a callable launched (torch.profiler).
 - `learnable_tokens(...)`: fresh token streams a small model learns in a few steps.
 - `kda_op_inputs(...)`: chunk_kda inputs with KimiDeltaAttention's initialisation.
+- `autotuners(modules)`: the autotuned Triton kernels a set of modules defines.
+- `block_stack(...)`: a small language model of N pre-norm residual blocks (KDA layers in
+  the training checks).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 
@@ -102,3 +105,47 @@ def kda_op_inputs(B: int, T: int, H: int, K: int, V: int, device: Any, seed: int
     dt = torch.exp(torch.rand(H * K, device=device, generator=gen) * math.log(100) + math.log(1e-3))
     dt_bias = dt + torch.log(-torch.expm1(-dt))
     return dict(q=q, k=k, v=v, g=g, beta=beta, do=do, A_log=A_log, dt_bias=dt_bias)
+
+
+def autotuners(modules: Iterable[Any]) -> dict[str, Any]:
+    """{"module.attr": triton Autotuner} for every autotuned Triton kernel defined in the
+    given module objects, found through heuristics and other wrappers (each once)."""
+    from triton.runtime.autotuner import Autotuner
+    from triton.runtime.jit import KernelInterface
+
+    out: dict[str, Any] = {}
+    seen: set[int] = set()
+    for mod in modules:
+        for attr, obj in list(vars(mod).items()):
+            x, depth = obj, 0
+            while not isinstance(x, Autotuner) and isinstance(x, KernelInterface) and depth < 8:
+                x, depth = getattr(x, "fn", None), depth + 1
+            if isinstance(x, Autotuner) and id(x) not in seen:
+                seen.add(id(x))
+                out[f"{mod.__name__}.{attr}"] = x
+    return out
+
+
+def block_stack(vocab: int, hidden: int, n_layers: int, make_block: Callable[[int], Any]) -> Any:
+    """Token embedding, n_layers pre-norm residual blocks (`make_block(i)`, a module whose
+    forward returns a tuple with the output [B, T, hidden] first, as fla's layers do), final
+    RMSNorm and a linear head: tokens [B, T] int64 -> logits [B, T, vocab]. Parameters are
+    created in that order, from torch's current random state."""
+    import torch.nn as nn
+
+    class BlockStack(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(vocab, hidden)
+            self.norms = nn.ModuleList(nn.RMSNorm(hidden, eps=1e-5) for _ in range(n_layers))
+            self.blocks = nn.ModuleList(make_block(i) for i in range(n_layers))
+            self.norm_f = nn.RMSNorm(hidden, eps=1e-5)
+            self.head = nn.Linear(hidden, vocab, bias=False)
+
+        def forward(self, tokens: Any) -> Any:
+            h = self.embed(tokens)
+            for norm, block in zip(self.norms, self.blocks):
+                h = h + block(norm(h))[0]
+            return self.head(self.norm_f(h))
+
+    return BlockStack()

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
 import math
 from typing import Any
 
@@ -626,8 +627,6 @@ def warmup(
                 call = dict(initial_state=h0, cu_seqlens=cu, A_log=A_log, dt_bias=dt_bias, **flags)
                 ok, reason = is_supported(q, k, v, g, beta, **call)
                 if not ok:
-                    import logging
-
                     support.log_once(
                         f"kda warmup: these settings go to fla ({reason}); nothing to warm",
                         logging.WARNING,
