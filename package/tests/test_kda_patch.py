@@ -281,10 +281,9 @@ def _fresh_compat(monkeypatch):
 
 KDA_CHAIN = (
     "kda_gate_chunk_cumsum", "recompute_w_u_fwd", "chunk_gated_delta_rule_fwd_h",
-    "chunk_kda_bwd_dAv", "chunk_gated_delta_rule_bwd_dhu", "chunk_kda_bwd_wy_dqkg_fused",
-    "chunk_local_cumsum", "kda_gate_bwd", "l2norm_bwd", "fused_beta_sigmoid_bwd",
-    "prepare_chunk_indices", "ChunkKDAFunction", "chunk_kda_bwd_kernel_wy_dqkg_fused",
-    "chunk_kda_bwd_intra",
+    "chunk_kda_bwd_dAv", "chunk_gated_delta_rule_bwd_dhu", "chunk_local_cumsum",
+    "kda_gate_bwd", "l2norm_bwd", "fused_beta_sigmoid_bwd", "ChunkKDAFunction",
+    "chunk_kda_bwd_kernel_wy_dqkg_fused", "chunk_kda_bwd_intra",
 )  # fmt: skip
 
 
@@ -305,6 +304,10 @@ def test_every_fla_name_the_vendored_chain_imports_has_a_compat_row():
     assert imported, "the vendored chain calls no fla stage: the scan is broken"
     rows = {(m, s.name) for s in compat.FLA_SYMBOLS if s.family == "kda" for m in s.modules}
     assert imported <= rows, sorted(imported - rows)
+    # and every chain row is a name the chain imports: a row it no longer calls would only
+    # turn a harmless change in fla into drift
+    chain_rows = {s.name for s in compat.FLA_SYMBOLS if s.family == "kda" and s.key in KDA_CHAIN}
+    assert chain_rows == {name for _, name in imported}, chain_rows ^ {n for _, n in imported}
 
 
 def test_kda_rows_resolve_against_the_installed_fla(_fresh_compat):
