@@ -35,6 +35,11 @@ Checked, on every rank:
     and fla's ("causal_conv1d_fwd_kernel", "causal_conv1d_bwd_kernel") not at all while
     patched, and the reverse unpatched (the layer test's `_witness`).
 
+On a cold machine most of the time goes to fla's autotuning of its kda chain at a new
+shape; KERNEL_FUN_TEST_FLA_CONFIGS=N (as in the GPU tests) cuts each of fla's autotune lists
+to N configs in every process first (the report's settings say so). Both runs then use the
+same trimmed lists: which configuration fla picks moves rounding only.
+
 Rank 0 prints one summary line (and one line per problem) and writes the JSON report
 (--out): both runs' per-step global losses, each rank's own loss per step, the relative
 difference per step, the worst one and its step, world size, each rank's device, versions
@@ -456,7 +461,14 @@ def main(
 
     import kernel_fun
     import torch.distributed as dist
-    from kernel_fun._testing import learnable_tokens
+    from kernel_fun._testing import FLA_CONFIGS_ENV, learnable_tokens, trim_fla_autotune
+
+    fla_configs = os.environ.get(FLA_CONFIGS_ENV, "").strip() or None
+    if fla_configs is not None and not stand_in:
+        # a correctness run: which of its configs fla picks moves rounding only
+        if not fla_configs.isdigit() or int(fla_configs) < 1:
+            _fail_usage(f"{FLA_CONFIGS_ENV}={fla_configs!r}: give a positive number", rank)
+        trim_fla_autotune(int(fla_configs))
     from torch.distributed.device_mesh import init_device_mesh
 
     # The stack adds each block's output out of place, so FSDP2's note about blocks that
@@ -548,6 +560,7 @@ def main(
             "seed": seed,
             "precision": "fp32 params, bf16 autocast, FSDP2 default MixedPrecisionPolicy",
             "perturb_patched": perturb_patched,
+            "fla_autotune_configs": None if stand_in or fla_configs is None else int(fla_configs),
         },
         "tolerance": LOSS_REL_TOL,
         "losses": {"unpatched": unpatched, "patched": patched},

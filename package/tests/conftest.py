@@ -9,34 +9,10 @@ the autotuner still benchmarks among them and drops any that fail to compile."""
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
-
-ENV = "KERNEL_FUN_TEST_FLA_CONFIGS"
-FLA_MODULES = ("fla.ops.kda", "fla.layers", "fla.modules")
-
-
-def trim_fla_autotune(n: int) -> dict[str, tuple[int, int]]:
-    """Keep at most `n` configs in each of fla's autotuned kernels (imported first). Returns
-    {kernel: (configs before, configs after)}. ValueError when n < 1."""
-    import importlib
-
-    if n < 1:
-        raise ValueError(f"{ENV} must be a positive number of configs, got {n}")
-    for name in FLA_MODULES:
-        importlib.import_module(name)
-    modules = [m for k, m in list(sys.modules.items()) if k.startswith("fla.") and m is not None]
-    out = {}
-    from kernel_fun._testing import autotuners
-
-    for name, tuner in autotuners(modules).items():
-        before = len(tuner.configs)
-        keep = sorted(tuner.configs, key=lambda c: (c.num_stages, c.num_warps))[:n]
-        tuner.configs = keep
-        tuner.cache.clear()
-        out[name] = (before, len(keep))
-    return out
+from kernel_fun._testing import FLA_CONFIGS_ENV as ENV
+from kernel_fun._testing import trim_fla_autotune
 
 
 def pytest_configure(config):

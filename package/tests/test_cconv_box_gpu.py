@@ -350,10 +350,13 @@ def test_decode_step_against_fla(shape, res, bias, act):
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
 def test_launches_run_on_the_tensors_device():
-    """Tensors on cuda:1 while cuda:0 is current: forward, backward and decode use cuda:1."""
+    """Tensors on cuda:1 while cuda:0 is current: forward, backward and decode use cuda:1,
+    on the dense kernel (no bias, state or packing) and the box kernels alike."""
     torch.cuda.set_device(0)
-    for name in ("prefill-state", "varlen-everything"):
-        B, T, D, W, xdt, wdt, bias, res, h0, dht, act, lengths = CASES[name]
+    dense = (2, 1000, 1024, 4, torch.bfloat16, torch.float32, False, False, False, False,
+             "silu", None)  # fmt: skip
+    for name in ("dense", "prefill-state", "varlen-everything"):
+        B, T, D, W, xdt, wdt, bias, res, h0, dht, act, lengths = CASES.get(name, dense)
         a, dy, dh = _inputs(B, T, D, W, xdt, wdt, bias, res, h0, dht, lengths, dev="cuda:1")
         ours = _run(causal_conv1d, a, dy, dh, act)
         theirs = _run(fla_ops.causal_conv1d, a, dy, dh, act)

@@ -58,6 +58,8 @@ def test_fsdp2_training_on_2_gpus_follows_fla_loss_curve(tmp_path: Path, capsys)
     assert report["versions"]["kernel_fun"] and report["versions"]["fla"] != "not installed"
     assert report["settings"]["perturb_patched"] == 1.0
     assert report["settings"]["steps"] == STEPS and report["settings"]["layers"] == LAYERS
+    trimmed = os.environ.get("KERNEL_FUN_TEST_FLA_CONFIGS", "").strip()
+    assert report["settings"]["fla_autotune_configs"] == (int(trimmed) if trimmed else None)
     un, pa = report["losses"]["unpatched"], report["losses"]["patched"]
     assert len(un) == len(pa) == STEPS
     assert all(math.isfinite(v) for v in un + pa)

@@ -10,6 +10,8 @@ tools/fsdp2_kda.py, tools/kda_fla_configs.py); not public API.
 - `autotuners(modules)`: the autotuned Triton kernels a set of modules defines.
 - `block_stack(...)`: a small language model of N pre-norm residual blocks (KDA layers in
   the training checks).
+- `trim_fla_autotune(n)`: cut fla's autotune lists to n configs, for correctness runs on a
+  cold machine (`KERNEL_FUN_TEST_FLA_CONFIGS`); never for anything that times fla.
 """
 
 from __future__ import annotations
@@ -105,6 +107,37 @@ def kda_op_inputs(B: int, T: int, H: int, K: int, V: int, device: Any, seed: int
     dt = torch.exp(torch.rand(H * K, device=device, generator=gen) * math.log(100) + math.log(1e-3))
     dt_bias = dt + torch.log(-torch.expm1(-dt))
     return dict(q=q, k=k, v=v, g=g, beta=beta, do=do, A_log=A_log, dt_bias=dt_bias)
+
+
+FLA_CONFIGS_ENV = "KERNEL_FUN_TEST_FLA_CONFIGS"
+FLA_TRIM_MODULES = ("fla.ops.kda", "fla.layers", "fla.modules")
+
+
+def trim_fla_autotune(n: int) -> dict[str, tuple[int, int]]:
+    """Keep at most `n` configs in each of fla's autotuned kernels (the modules of
+    FLA_TRIM_MODULES imported first, then every loaded fla module). Kept: the `n` configs with
+    the fewest pipeline stages, then the fewest warps (the least shared memory and registers,
+    so the most likely to fit); the autotuner still benchmarks among them. Returns {kernel:
+    (configs before, configs after)}. ValueError when n < 1.
+
+    A cold machine then compiles n configurations per kernel and key instead of fla's whole
+    list (up to 48; fla's kda chain compiles for minutes per new shape). Which configuration
+    fla picks changes rounding order only, so correctness checks may trim; timings may not."""
+    import importlib
+    import sys
+
+    if n < 1:
+        raise ValueError(f"{FLA_CONFIGS_ENV} must be a positive number of configs, got {n}")
+    for name in FLA_TRIM_MODULES:
+        importlib.import_module(name)
+    modules = [m for k, m in list(sys.modules.items()) if k.startswith("fla.") and m is not None]
+    out = {}
+    for name, tuner in autotuners(modules).items():
+        before = len(tuner.configs)
+        tuner.configs = sorted(tuner.configs, key=lambda c: (c.num_stages, c.num_warps))[:n]
+        tuner.cache.clear()
+        out[name] = (before, len(tuner.configs))
+    return out
 
 
 def autotuners(modules: Iterable[Any]) -> dict[str, Any]:
