@@ -169,10 +169,15 @@ def test_pending_cases_go_to_fla_with_the_reason(monkeypatch, chain, fla_rec):
     assert is_supported(*packed, **{**kw, "cu_seqlens": cu}) == (True, "supported")
     N, HV, V, K = 2, packed[2].shape[2], packed[2].shape[3], packed[0].shape[3]
     h0 = torch.zeros(N, HV, V, K)
-    for extra in ({"output_final_state": True}, {"initial_state": h0}):
+    states = ({"output_final_state": True}, {"initial_state": h0})
+    for extra in states:  # passed its GPU tests: in the box
+        assert is_supported(*packed, **{**kw, "cu_seqlens": cu, **extra})[0]
+    assert set(ops.PENDING_CASES) <= {"varlen", "varlen_state", "gva", "lower_bound"}
+    monkeypatch.setattr(ops, "PENDING_CASES", {"varlen_state": "packed sequences with a state"})
+    for extra in states:
         ok, reason = is_supported(*packed, **{**kw, "cu_seqlens": cu, **extra})
         assert not ok and "packed sequences" in reason and "GPU tests" in reason, reason
-    assert set(ops.PENDING_CASES) <= {"varlen", "varlen_state", "gva", "lower_bound"}
+    assert is_supported(*packed, **{**kw, "cu_seqlens": cu})[0]  # no state: not this case
     # every case name the gate knows is honoured when pending
     monkeypatch.setattr(ops, "PENDING_CASES", {"gva": "grouped value heads (HV > H)"})
     ok, reason = is_supported(*gva, **kw_gva)

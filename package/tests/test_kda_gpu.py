@@ -108,7 +108,21 @@ def _rel(a: torch.Tensor, ref: torch.Tensor) -> float:
     return float((a.double() - ref).norm() / ref.norm().clamp_min(1e-30))
 
 
-def _check_against_oracle(shape: family.Shape, seed: int = 0) -> dict[str, tuple]:
+# The error ratio to fla is judged per output on the oracle's heads. An output with fewer
+# elements there than this (dA_log: one value per value head, 2 on the oracle's slice) is a
+# sum over every token and key channel whose rounding error is a sample of 2: over 12 seeds
+# of the varlen-state shape on the H200 its per-seed ratio ours/fla ranged from 0.13 to 4.2
+# while the pooled ratio was 0.93 (state: 0.43 .. 2.3, pooled 1.00). Its ratio is therefore
+# judged on the error pooled over SEEDS seeds (test_few_element_gradients_pooled_over_seeds);
+# per seed it must still be within the family's tolerance.
+RATIO_MIN_ELEMENTS = 16
+SEEDS = 8
+
+
+def _errors(shape: family.Shape, seed: int) -> dict[str, tuple[float, float, int]]:
+    """{output: (our error, fla's error, elements on the oracle's heads)} against the float64
+    oracle, after checking that ours is finite, within the family's tolerance and meets
+    the contract."""
     inputs = family.make_inputs(shape, "cuda", seed)
     ok, reason = is_supported(*inputs[:5], **_call_kwargs(inputs))
     assert ok, reason
@@ -120,11 +134,17 @@ def _check_against_oracle(shape: family.Shape, seed: int = 0) -> dict[str, tuple
         if r.numel() == 0:
             continue
         assert torch.isfinite(a).all(), f"{shape.name}: {name} has non-finite values"
-        e_ours, e_fla = _rel(a, r), _rel(b, r)
-        errs[name] = (e_ours, e_fla)
-        assert e_ours <= family.TOLERANCES[name], (shape.name, name, errs[name])
-        assert e_ours <= family.ERR_RATIO_MAX * e_fla + SLACK, (shape.name, name, errs[name])
+        errs[name] = (_rel(a, r), _rel(b, r), r.numel())
+        assert errs[name][0] <= family.TOLERANCES[name], (shape.name, seed, name, errs[name])
     assert not family.contract_problems(ours, inputs)
+    return errs
+
+
+def _check_against_oracle(shape: family.Shape, seed: int = 0) -> dict[str, tuple]:
+    errs = _errors(shape, seed)
+    for name, (e_ours, e_fla, n) in errs.items():
+        if n >= RATIO_MIN_ELEMENTS:
+            assert e_ours <= family.ERR_RATIO_MAX * e_fla + SLACK, (shape.name, name, errs[name])
     return errs
 
 
@@ -152,6 +172,23 @@ SHAPES = [
 @pytest.mark.usefixtures("vendored")
 def test_against_the_float64_oracle_and_fla(shape):
     _check_against_oracle(shape)
+
+
+@pytest.mark.parametrize("name", ["state", "varlen-state", "deep-gate"])
+@pytest.mark.usefixtures("vendored")
+def test_few_element_gradients_pooled_over_seeds(name):
+    """dA_log (and any output with fewer than RATIO_MIN_ELEMENTS values on the oracle's
+    heads) within ERR_RATIO_MAX of fla's error, both pooled (root of the sum of squares)
+    over SEEDS seeds; each seed within the family's tolerance (checked by `_errors`)."""
+    shape = next(s for s in SHAPES if s.name == name)
+    runs = [_errors(shape, seed) for seed in range(SEEDS)]
+    few = [n for n, (_, _, count) in runs[0].items() if count < RATIO_MIN_ELEMENTS]
+    assert "dA_log" in few, runs[0]
+    for out in few:
+        ours = sum(r[out][0] ** 2 for r in runs) ** 0.5
+        theirs = sum(r[out][1] ** 2 for r in runs) ** 0.5
+        per_seed = [(round(r[out][0], 5), round(r[out][1], 5)) for r in runs]
+        assert ours <= family.ERR_RATIO_MAX * theirs + SLACK, (name, out, per_seed)
 
 
 def test_deep_gate_shape_is_deep():

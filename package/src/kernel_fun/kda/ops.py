@@ -61,12 +61,9 @@ LOWER_BOUND_RANGE = (-5.0, 0.0)  # fla's safe range for the lower-bound gate: [-
 # (package/tests/test_kda_gpu.py and test_kda_layer_gpu.py run them with this emptied): they
 # go to fla until those tests pass on the H200. Passed there (H200, fla 0.6.0): dense calls,
 # initial/final state, T not a multiple of 64, beta in (0, 2), GVA, the lower-bound gate,
-# and packed sequences without a state (length-1 sequences included). Packed sequences with
-# an initial or final state have not passed yet. Known case names: "varlen", "varlen_state",
-# "gva", "lower_bound".
-PENDING_CASES: dict[str, str] = {
-    "varlen_state": "packed sequences (cu_seqlens) with an initial or final state",
-}
+# and packed sequences with and without a state (length-1 sequences included), so none is
+# pending. Known case names: "varlen", "varlen_state", "gva", "lower_bound".
+PENDING_CASES: dict[str, str] = {}
 L2NORM_ROWS_PER_BUCKET = 65536  # fla 0.6.0's l2norm: NB = cdiv(rows, 2048 * 32)
 
 # Every parameter of fla 0.6.0's chunk_kda, and what this package does with it.
