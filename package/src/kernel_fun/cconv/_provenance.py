@@ -3,11 +3,11 @@
 """Where kernel_fun.cconv._kernels came from. Literals only: tools/drift.py reads them
 with ast.literal_eval and never imports this module."""
 
-SOURCE_COMMIT = "481277b620d6dfb4f857bce9463b1781c5ab9914"
+SOURCE_COMMIT = "927b6184df4fb58ae7d78f7bc52e94112fb70e76"
 RECORD = {
     "idea": "001-strip-onepass",
-    "record_id": "20261129T124028Z-8f487179",
-    "sha256": "b4c5da309b504aa5b5f1a4d441ad8c26ec7a06c0c8c4f6a4153926507b6621bb",
+    "record_id": "20261130T222858Z-8f487179",
+    "sha256": "efe5b2d1d2258895574bc207fa78709c85940e5aae0e1aeba0de368e8a9fb760",
 }
 KNOBS = {
     "CCONV_AUTOTUNE": True,
@@ -22,8 +22,8 @@ SOURCE_FILES = {
     "ladder/kernels/cconv/ideas/001-strip-onepass/kernel.py": "4393563b8effbae577a87e0b868392c81fd03350dc61ccea0bd523172f6c5ab1",
 }
 OUTPUT_FILES = {
-    "package/src/kernel_fun/cconv/_kernels/__init__.py": "d9d172810a2f4be68cc1addba6683e4d807232dd861978a02618dca5cef57c08",
-    "package/src/kernel_fun/cconv/_kernels/strip.py": "787e0a419134463dce419cbe7d0813bd80c740081f2dea479c1f1ec3794fb21a",
+    "package/src/kernel_fun/cconv/_kernels/__init__.py": "f30c7d7207261c4c548e5692255b8b7ada36e9c99ecdfaa45bcef7e5b5b1f444",
+    "package/src/kernel_fun/cconv/_kernels/strip.py": "13f44ad3bdb3b7cd6afecec31060364ae64cf2c9234e483a8f109cd03e684efa",
 }
 VENDOR = {
     "libcst": "1.9.0",
