@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ladder import paths, records
+from ladder.contract import promote_cases
 
 __all__ = [
     "Board",
@@ -42,7 +43,9 @@ class BoardRow:
     the torch-op floor) and peak memory of one fwd+bwd in bytes, at prod, where the record
     has them. Everything is None when the idea has no record on the device.
     baseline: the idea is the family's baseline (``000-*``), shown but never promotable;
-    stale_why: for a stale record, which files differ from the record's code."""
+    stale_why: for a stale record, which files differ from the record's code; missing_cases:
+    the cases of the family's PROMOTE_CASES the idea does not implement (then never
+    promotable; empty when it implements them all or the family sets none)."""
 
     idea: str
     records: int
@@ -74,6 +77,7 @@ class BoardRow:
     torch_op_us: float | None = None
     peak_mem_bytes: int | None = None
     fla_peak_mem_bytes: int | None = None
+    missing_cases: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -272,6 +276,8 @@ def build_board(family: str, root: Path | None = None, *, device: str | None = N
     fam = paths.load_family(family, root)
     dev = str(fam.TARGET_DEVICE) if device is None else device
     code_of = records.current_code_sha_of(family, root)
+    cases_of = records.current_cases_of(family, root)
+    required = promote_cases(fam)
     fdir = paths.family_dir(family, root)
 
     def is_current(rec: dict) -> bool:
@@ -290,6 +296,10 @@ def build_board(family: str, root: Path | None = None, *, device: str | None = N
             is_current,
             lambda rec, d=fdir / "ideas" / folder: records.explain_stale(rec, d),
         )
+        if required and not row.baseline:
+            have = set(cases_of(folder) or ())
+            row.missing_cases = [c for c in required if c not in have]
+            row.promotable = row.promotable and not row.missing_cases
         rows.append(row)
         best = next((r for r in recs if r["record_id"] == row.record_id), None)
         points.extend(shape_points(folder, recs, best))
@@ -435,6 +445,15 @@ def render_board(board: Board, console: Any) -> None:
         if r.stale and r.stale_why:
             console.print(
                 Text(f"stale: {r.idea} record {r.record_id}: {r.stale_why}"), overflow="fold"
+            )
+    for r in board.rows:
+        if r.missing_cases:
+            console.print(
+                Text(
+                    f"not promotable: {r.idea} lacks case(s) {', '.join(r.missing_cases)} "
+                    "(the family promotes only ideas with every case of its PROMOTE_CASES)"
+                ),
+                overflow="fold",
             )
     if any(r.baseline for r in board.rows):
         console.print(

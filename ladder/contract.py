@@ -22,9 +22,11 @@ Required
     timed(impl, inputs) -> {"fwd", "bwd", "fwdbwd": zero-argument callables}
     min_bytes(shape, direction) -> int               for "fwd" and "bwd"
 Optional
-    CASES {case: description}, baseline_retune(), contract_problems(outs, inputs),
-    strided(inputs), shape_fields(shape), KNOB_RULES, INTERPRET_KNOBS,
-    BASELINE_ON_INTERPRETER; an idea's kernel.py may set CASES = ("dense", ...).
+    CASES {case: description}, PROMOTE_CASES (tuple of case names: the cases an idea must
+    implement to be promoted, i.e. what the package ships; default: any idea may win),
+    baseline_retune(), contract_problems(outs, inputs), strided(inputs), shape_fields(shape),
+    KNOB_RULES, INTERPRET_KNOBS, BASELINE_ON_INTERPRETER; an idea's kernel.py may set
+    CASES = ("dense", ...), as a literal tuple (the winner reads it without importing).
 
 :func:`validate_family` raises :class:`BadFamily` (one line: the file, the attribute, what it
 must be). Board and winner need only the core (FAMILY, ENTRY_POINTS, TARGET_DEVICE), so a
@@ -50,6 +52,8 @@ __all__ = [
     "TIMED_KEYS",
     "family_cases",
     "idea_cases",
+    "promote_cases",
+    "static_idea_cases",
     "shape_case",
     "shape_fields",
     "validate_family",
@@ -140,6 +144,10 @@ def _problem(mod: ModuleType, name: str) -> str | None:
         if missing:
             return f"an object with the entry points as attributes (missing {', '.join(missing)})"
         return None
+    if name == "PROMOTE_CASES":
+        known = family_cases(mod) if _valid_cases(mod) else DEFAULT_CASES
+        ok = isinstance(val, tuple) and bool(val) and all(c in known for c in val)
+        return None if ok else f"a non-empty tuple of the family's cases ({', '.join(known)})"
     if name in ("KNOB_RULES", "INTERPRET_KNOBS"):
         return None if isinstance(val, dict) else "a dict"
     if name in ("make_inputs", "reference", "run", "timed", "min_bytes", *_OPTIONAL_CALLABLES):
@@ -192,7 +200,8 @@ def validate_family(mod: ModuleType, path: Path, folder: str, *, complete: bool)
     for name in names:
         if not hasattr(mod, name):
             raise BadFamily(f"{path}: {name}: missing; define it as {_WHAT[name]}")
-    order = [*REQUIRED, "CASES", "KNOB_RULES", "INTERPRET_KNOBS", *_OPTIONAL_CALLABLES]
+    order = [*REQUIRED, "CASES", "PROMOTE_CASES", "KNOB_RULES", "INTERPRET_KNOBS",
+             *_OPTIONAL_CALLABLES]  # fmt: skip
     for name in order:
         if name in ("ENTRY_POINT_ARGS", "BASELINE") and not _valid_entry_points(mod):
             continue
@@ -233,6 +242,38 @@ _WHAT = {
 def family_cases(fam: ModuleType) -> dict[str, str]:
     """The family's CASES (default: dense only)."""
     return dict(getattr(fam, "CASES", DEFAULT_CASES))
+
+
+def promote_cases(fam: ModuleType) -> tuple[str, ...]:
+    """The cases a promotable idea must implement (the family's PROMOTE_CASES; () when the
+    family sets none: any idea may win)."""
+    return tuple(getattr(fam, "PROMOTE_CASES", ()))
+
+
+def static_idea_cases(source: bytes | str) -> tuple[str, ...] | None:
+    """The cases an idea's kernel.py declares, read without importing it: its module-level
+    ``CASES = (...)`` as a literal tuple of strings, ("dense",) when it assigns none, None
+    when CASES is not such a literal (or the file does not parse)."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    found: tuple[str, ...] | None = ("dense",)
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else (
+            [node.target] if isinstance(node, ast.AnnAssign) and node.value is not None else []
+        )  # fmt: skip
+        if not any(isinstance(t, ast.Name) and t.id == "CASES" for t in targets):
+            continue
+        try:
+            val = ast.literal_eval(node.value)
+        except ValueError:
+            return None
+        ok = isinstance(val, tuple) and val and all(isinstance(c, str) for c in val)
+        found = tuple(val) if ok else None
+    return found
 
 
 def shape_case(shape: Any) -> str:

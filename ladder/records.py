@@ -33,6 +33,7 @@ from ladder.recstore import (
 from ladder.recwinner import (
     NoWinner,
     Winner,
+    current_cases_of,
     current_code_sha_of,
     explain_stale,
     is_baseline,
@@ -57,6 +58,7 @@ __all__ = [
     "ensure_records_dir",
     "load_idea_records",
     "load_records",
+    "current_cases_of",
     "current_code_sha_of",
     "explain_stale",
     "is_baseline",

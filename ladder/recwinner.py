@@ -9,12 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ladder import paths
+from ladder.contract import promote_cases, static_idea_cases
 from ladder.paths import LadderError
 from ladder.recstore import created_at, load_records
 
 __all__ = [
     "NoWinner",
     "Winner",
+    "current_cases_of",
     "current_code_sha_of",
     "explain_stale",
     "is_baseline",
@@ -109,12 +111,27 @@ def current_code_sha_of(family: str, root: Path | None = None) -> Callable[[str]
     return of
 
 
+def current_cases_of(family: str, root: Path | None = None) -> Callable[[str], tuple | None]:
+    """A function: idea folder name -> the cases its working-tree kernel.py declares
+    (:func:`ladder.contract.static_idea_cases`; None when unreadable)."""
+    fdir = paths.family_dir(family, root)
+
+    def of(folder: str) -> tuple | None:
+        try:
+            return static_idea_cases((fdir / "ideas" / folder / "kernel.py").read_bytes())
+        except OSError:
+            return None
+
+    return of
+
+
 def winner(
     family: str,
     root: Path | None = None,
     *,
     device: str | None = None,
     code_sha_of: Callable[[str], str] | None = None,
+    cases_of: Callable[[str], tuple | None] | None = None,
     explain: Callable[[dict], str] | None = None,
 ) -> Winner:
     """The family's winner among its records.
@@ -122,16 +139,21 @@ def winner(
     Promotable: not the baseline idea (``000-*``), status "passed", dirty false, device name
     containing ``device`` (case-insensitive; default the family's TARGET_DEVICE), a timed
     prod shape, and code_sha equal to ``code_sha_of(idea folder name)`` (default: the
-    working tree's code), and faster than fla at prod (prod ratio above 1: a slower idea is
-    research, not a release). Best: highest :func:`prod_ratio`; ties go to the earliest created,
+    working tree's code), every case of the family's PROMOTE_CASES among the idea's CASES
+    (``cases_of(idea folder name)``, default: its working-tree kernel.py, read statically;
+    pass the lookup that matches ``code_sha_of``), and faster than fla at prod (prod ratio
+    above 1: a slower idea is research, not a release). Best: highest :func:`prod_ratio`; ties go to the earliest created,
     then the smallest record_id. explain(record) says why a stale record is stale (default:
     :func:`explain_stale` against the working tree when ``code_sha_of`` is the default, else
     nothing). Raises NoWinner with the reason each record was passed over.
     """
     recs = load_records(family, root)
+    fam = paths.load_family(family, root)
     if device is None:
-        device = str(paths.load_family(family, root).TARGET_DEVICE)
+        device = str(fam.TARGET_DEVICE)
+    required = promote_cases(fam)
     sha_of = code_sha_of or current_code_sha_of(family, root)
+    ideas_cases = cases_of or current_cases_of(family, root)
     if explain is None and code_sha_of is None:
         fdir = paths.family_dir(family, root)
 
@@ -146,6 +168,7 @@ def winner(
         "no prod timing": 0,
         "stale": 0,
         "not faster than fla": 0,
+        "missing a case the family promotes": 0,
     }
     best: tuple[tuple, dict, float] | None = None
     stale: list[tuple[float, dict]] = []
@@ -174,6 +197,9 @@ def winner(
         if not score > 1.0:  # promoting it would make the package slower than fla
             reasons["not faster than fla"] += 1
             continue
+        if required and not set(required) <= set(ideas_cases(folder) or ()):
+            reasons["missing a case the family promotes"] += 1
+            continue
         key = (-score, created_at(rec), rec["record_id"])
         if best is None or key < best[0]:
             best = (key, rec, score)
@@ -184,6 +210,8 @@ def winner(
                 f"`python -m ladder bench {family} <idea>`"
             )
         parts = [f"{n} {label}" for label, n in reasons.items() if n]
+        if reasons["missing a case the family promotes"]:
+            parts.append(f"PROMOTE_CASES = {', '.join(required)}")
         why = "; ".join(_stale_lines(stale, explain, limit=3))
         raise NoWinner(
             f"no promotable {family} record on a device matching {device!r} among {len(recs)} "

@@ -64,6 +64,8 @@ def _edit_family(root: Path, tail: str, family: str = "toy") -> Path:
         ("timed = 3", "timed", "must be a function"),
         ("CASES = {}", "CASES", "a non-empty dict"),
         ("CASES = {'varlen': 'packed'}", "SHAPES", "has case 'dense', not one of CASES"),
+        ("PROMOTE_CASES = ('dense', 'varlen')", "PROMOTE_CASES", "tuple of the family's cases"),
+        ("PROMOTE_CASES = ['dense']", "PROMOTE_CASES", "a non-empty tuple"),
         ("FAMILY = 'other'", "FAMILY", "must be 'toy' (the folder name)"),
     ],
 )

@@ -407,3 +407,42 @@ def test_winner_must_beat_fla_at_prod(tmp_path: Path) -> None:
     faster = _rec(fwd=(0.9, 1.0), bwd=(2.0, 2.0), created="2026-05-03T00:00:00Z", **kw)
     _put(root, faster)
     assert records.winner("toy", root).record["record_id"] == faster["record_id"]
+
+
+def test_winner_needs_every_case_the_family_promotes(tmp_path: Path) -> None:
+    root, _ = _tree(tmp_path)
+    fam = root / "kernels" / "toy" / "family.py"
+    fam.write_text(
+        fam.read_text()
+        + '\nCASES = {"dense": "plain", "packed": "cu_seqlens"}\nPROMOTE_CASES = ("dense", "packed")\n'
+    )
+    kernel = idea_path(root, "001-fast") / "kernel.py"
+    sha = codehash.code_sha(codehash.idea_files_from_dir(idea_path(root, "001-fast")))
+    _put(root, _rec(code_sha=sha, fwd=(0.5, 1.0), bwd=(1.0, 2.0)))
+    # 001's kernel.py declares no CASES: it implements dense only
+    with pytest.raises(records.NoWinner, match=r"1 missing a case the family promotes.*packed"):
+        records.winner("toy", root)
+    from ladder.board import build_board
+
+    row = next(r for r in build_board("toy", root).rows if r.idea == "001-fast")
+    assert row.missing_cases == ["packed"] and not row.promotable
+    # a lookup says which cases each idea implements (the vendor's reads them at a commit)
+    won = records.winner("toy", root, cases_of=lambda f: ("packed", "dense"))
+    assert won.idea == "001-fast"
+    kernel.write_text(kernel.read_text() + '\nCASES = ("dense", "packed")\n')
+    sha2 = codehash.code_sha(codehash.idea_files_from_dir(idea_path(root, "001-fast")))
+    _put(root, _rec(code_sha=sha2, fwd=(0.6, 1.0), bwd=(1.0, 2.0), created="2026-06-02T00:00:00Z"))
+    won = records.winner("toy", root)  # the working tree's kernel.py now declares both
+    assert won.idea == "001-fast" and won.record["code_sha"] == sha2
+
+
+def test_static_idea_cases_reads_the_literal_only() -> None:
+    from ladder.contract import static_idea_cases
+
+    assert static_idea_cases(b"x = 1\n") == ("dense",)
+    assert static_idea_cases(b'CASES = ("dense", "varlen")\n') == ("dense", "varlen")
+    assert static_idea_cases(b'CASES: tuple = ("varlen",)\n') == ("varlen",)
+    assert static_idea_cases(b"CASES = tuple(FAMILY_CASES)\n") is None
+    assert static_idea_cases(b"CASES = ()\n") is None
+    assert static_idea_cases(b"CASES = (1, 2)\n") is None
+    assert static_idea_cases(b"def (:\n") is None

@@ -374,7 +374,10 @@ def _winner_note(repo: Path, head: str, spec: vl.FamilySpec, record: dict[str, s
 
     code_sha_of = vl.code_sha_lookup(repo, head, spec)
     try:
-        won = winner(spec.family, repo, device=spec.target_device, code_sha_of=code_sha_of)
+        won = winner(
+            spec.family, repo, device=spec.target_device, code_sha_of=code_sha_of,
+            cases_of=vl.cases_lookup(repo, head, spec),
+        )  # fmt: skip
     except NoWinner as exc:
         return f"no winner at HEAD ({exc})"
     except LadderError as exc:
@@ -398,6 +401,7 @@ def _unvendored_winner(repo: Path, head: str, spec: vl.FamilySpec) -> tuple[str 
         won = winner(
             spec.family, repo, device=spec.target_device,
             code_sha_of=vl.code_sha_lookup(repo, head, spec),
+            cases_of=vl.cases_lookup(repo, head, spec),
         )  # fmt: skip
     except NoWinner as exc:
         return None, f"nothing to vendor yet: {exc}"

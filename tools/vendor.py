@@ -61,7 +61,10 @@ def select_record(
     code_sha_of = vl.code_sha_lookup(repo, commit, spec, only=idea)  # only `idea` competes
 
     try:
-        won = winner(spec.family, repo, device=spec.target_device, code_sha_of=code_sha_of)
+        won = winner(
+            spec.family, repo, device=spec.target_device, code_sha_of=code_sha_of,
+            cases_of=vl.cases_lookup(repo, commit, spec),
+        )  # fmt: skip
     except NoWinner as exc:
         if idea is not None:
             _explain_no_record(repo, spec, commit, idea, code_sha_of(idea), load_records)

@@ -394,6 +394,27 @@ def _check_vanished(mod: SourceModule) -> None:
     )
 
 
+def cases_lookup(repo: Path, commit: str, spec: FamilySpec) -> Callable[[str], tuple | None]:
+    """``cases_of(folder)`` for ``ladder.records.winner``: the cases the idea folder's
+    kernel.py declares at ``commit`` (read statically, cached), None when it cannot be read."""
+    from ladder.codehash import CodeHashError, idea_files_at_commit
+    from ladder.contract import static_idea_cases
+
+    cache: dict[str, tuple | None] = {}
+
+    def cases_of(folder: str) -> tuple | None:
+        if folder not in cache:
+            try:
+                files = idea_files_at_commit(repo, commit, f"{spec.ideas_dir}/{folder}")
+            except CodeHashError:
+                files = {}
+            src = files.get("kernel.py")
+            cache[folder] = None if src is None else static_idea_cases(src)
+        return cache[folder]
+
+    return cases_of
+
+
 def code_sha_lookup(
     repo: Path, commit: str, spec: FamilySpec, only: str | None = None
 ) -> Callable[[str], str]:

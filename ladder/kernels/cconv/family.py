@@ -49,6 +49,7 @@ __all__ = [
     "baseline_fwd",
     "baseline_retune",
     "CASES",
+    "PROMOTE_CASES",
     "CASE_ENTRY_POINTS",
     "CaseShape",
     "case_lengths",
@@ -465,6 +466,10 @@ CASES = {
     "fp32": "x in float32",
 }
 CASE_ENTRY_POINTS = ("cconv_fwd_case", "cconv_bwd_case")
+# The package ships one idea for every call of fla's causal_conv1d it takes: an idea that
+# implements the dense case alone (001) is research, however fast; the winner must take
+# every case, so packed batches, bias, residual, states and fp32 x reach our kernels too.
+PROMOTE_CASES = tuple(CASES)
 
 
 @dataclass(frozen=True)
