@@ -3,11 +3,11 @@
 """Where kernel_fun.cconv._kernels came from. Literals only: tools/drift.py reads them
 with ast.literal_eval and never imports this module."""
 
-SOURCE_COMMIT = "927b6184df4fb58ae7d78f7bc52e94112fb70e76"
+SOURCE_COMMIT = "bf5388b9daf2a6a2ce40f6f1b2b65b1f772a980e"
 RECORD = {
-    "idea": "001-strip-onepass",
-    "record_id": "20261130T222858Z-8f487179",
-    "sha256": "efe5b2d1d2258895574bc207fa78709c85940e5aae0e1aeba0de368e8a9fb760",
+    "idea": "003-strip-merge",
+    "record_id": "20261130T222124Z-48feb3e7",
+    "sha256": "1f7679bf6908d6039b4f0c4043d04376dece56d4c6f658beaa286841ee3ac969",
 }
 KNOBS = {
     "CCONV_AUTOTUNE": True,
@@ -15,18 +15,21 @@ KNOBS = {
     "CCONV_FIXED_G": 4,
     "CCONV_FIXED_WARPS": 2,
     "CCONV_MAXNREG": True,
+    "CCONV_MIN_PROGRAMS": 1056,
     "CCONV_SMALL_WORK": 4194304,
     "CCONV_TARGET_PROGRAMS": 2048,
 }
 SOURCE_FILES = {
-    "ladder/kernels/cconv/ideas/001-strip-onepass/kernel.py": "4393563b8effbae577a87e0b868392c81fd03350dc61ccea0bd523172f6c5ab1",
+    "ladder/kernels/cconv/ideas/002-strip-box/kernel.py": "6efc2eed489309c705321636ce469f4fa7cbac3cdac70d5e54ebf9b13ac67432",
+    "ladder/kernels/cconv/ideas/003-strip-merge/kernel.py": "a74e4df32b7a89d79b474c5886baf8a965d365328176b4774eaec4fdd3638831",
 }
 OUTPUT_FILES = {
-    "package/src/kernel_fun/cconv/_kernels/__init__.py": "f30c7d7207261c4c548e5692255b8b7ada36e9c99ecdfaa45bcef7e5b5b1f444",
-    "package/src/kernel_fun/cconv/_kernels/strip.py": "13f44ad3bdb3b7cd6afecec31060364ae64cf2c9234e483a8f109cd03e684efa",
+    "package/src/kernel_fun/cconv/_kernels/__init__.py": "74f4514ea9314276f46cdbd1a1787c2d2ee739cc2e117210f938b33a355669a0",
+    "package/src/kernel_fun/cconv/_kernels/strip2.py": "34db3489e86384a8a3ae807fc17157e170a0778398a8491af502c9dd52364c48",
+    "package/src/kernel_fun/cconv/_kernels/strip3.py": "c7d4b40c4ea089677830570a5c0ec3a4e1faeda5a983af38de8cff6a9eb82d1c",
 }
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "fedf7cd415d37e029f49d2c9043e0d3ead7306a76d58b6fb0c9fca0c042fbc98",
+    "tool_sha256": "20d052ef73be408e368d3d03358a862eee6053105cdf17c3dad6a494e0198759",
 }

@@ -30,5 +30,5 @@ OUTPUT_FILES = {
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "fedf7cd415d37e029f49d2c9043e0d3ead7306a76d58b6fb0c9fca0c042fbc98",
+    "tool_sha256": "20d052ef73be408e368d3d03358a862eee6053105cdf17c3dad6a494e0198759",
 }
