@@ -9,12 +9,13 @@ commit they came from); every other call is forwarded to fla verbatim, so the re
 bit-identical to fla's there. `is_supported(...)` says which case a call is and why;
 `warmup(...)` checks the fla internals this package relies on and fills the autotune caches.
 
-Supported box once the 002 kernels are vendored (README, "The supported box (cconv)"):
-every case of fla's causal_conv1d (bias, residual, activation None/"silu"/"swish", initial and final state, cu_seqlens; x
+Supported box (README, "The supported box (cconv)"): every case of fla's causal_conv1d
+(bias, residual, activation None/"silu"/"swish", initial and final state, cu_seqlens; x
 fp16/bf16/fp32 [B, T, D] any strides on a CUDA device of a tested architecture; weight
 [D, W <= 4] any float dtype) except backend "cuda"/"mix" and cp_context, plus the decode
-step `causal_conv1d_update`. Until the 002 kernels are vendored only bf16/fp16 x with silu
-and no optional argument runs our kernels.
+step `causal_conv1d_update`. This takes idea 003's kernels (`_kernels/strip3.py` and the
+`strip2.py` it imports), which this build vendors; a build with idea 001's kernels alone
+runs only bf16/fp16 x with silu and no optional argument and sends the rest to fla.
 """
 
 from .ops import causal_conv1d, causal_conv1d_update, is_supported, warmup
