@@ -281,7 +281,9 @@ def bench(
     ctx: typer.Context,
     family: Annotated[str, typer.Argument(help="Family, e.g. cconv.")],
     idea: Annotated[str, typer.Argument(help="Idea: 1, 001 or 001-strip-onepass.")],
-    shapes: Annotated[str, typer.Option(help="prod|sweep|all.")] = "all",
+    shapes: Annotated[
+        str, typer.Option(help="prod|sweep|all, or comma-separated shape names (e.g. w2,w3).")
+    ] = "all",
     knob: Annotated[
         list[str] | None,
         typer.Option(
