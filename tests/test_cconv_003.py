@@ -377,11 +377,24 @@ def test_check_idea_003_on_the_interpreter() -> None:
 
 def test_the_dispatch_finds_003s_module_first(monkeypatch) -> None:
     """kernel_fun.cconv.ops looks for the vendored box module as strip3 (idea 003), then
-    strip2 (002); in this build (001 vendored) there is neither, and the dense pair is 001's."""
+    strip2 (002), and the dense pair comes from it; with neither (a build of 001 alone) the
+    box is None and the dense pair is the vendored _kernels package's."""
+    import importlib
     import types
 
     from kernel_fun.cconv import _kernels, ops
 
+    monkeypatch.setattr(ops, "_box_mod", False)
+    try:  # what this build vendors
+        built = importlib.import_module(ops.MERGED_MODULE)
+    except ModuleNotFoundError:
+        try:
+            built = importlib.import_module(ops.BOX_MODULE)
+        except ModuleNotFoundError:
+            built = None
+    assert ops._box() is built and ops._dense() is (built or _kernels)
+    for name in (ops.MERGED_MODULE, ops.BOX_MODULE):  # a build without either
+        monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.setattr(ops, "_box_mod", False)
     assert ops._box() is None and ops._dense() is _kernels
     fake = types.ModuleType(ops.MERGED_MODULE)
