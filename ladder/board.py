@@ -45,7 +45,9 @@ class BoardRow:
     baseline: the idea is the family's baseline (``000-*``), shown but never promotable;
     stale_why: for a stale record, which files differ from the record's code; missing_cases:
     the cases of the family's PROMOTE_CASES the idea does not implement (then never
-    promotable; empty when it implements them all or the family sets none)."""
+    promotable; empty when it implements them all or the family sets none);
+    cases_unreadable: its kernel.py's CASES is not a literal tuple of strings, so the
+    winner cannot read it (then every promoted case counts as missing)."""
 
     idea: str
     records: int
@@ -78,6 +80,7 @@ class BoardRow:
     peak_mem_bytes: int | None = None
     fla_peak_mem_bytes: int | None = None
     missing_cases: list[str] = field(default_factory=list)
+    cases_unreadable: bool = False
 
 
 @dataclass
@@ -297,8 +300,9 @@ def build_board(family: str, root: Path | None = None, *, device: str | None = N
             lambda rec, d=fdir / "ideas" / folder: records.explain_stale(rec, d),
         )
         if required and not row.baseline:
-            have = set(cases_of(folder) or ())
-            row.missing_cases = [c for c in required if c not in have]
+            declared = cases_of(folder)
+            row.cases_unreadable = declared is None
+            row.missing_cases = [c for c in required if c not in (declared or ())]
             row.promotable = row.promotable and not row.missing_cases
         rows.append(row)
         best = next((r for r in recs if r["record_id"] == row.record_id), None)
@@ -447,14 +451,19 @@ def render_board(board: Board, console: Any) -> None:
                 Text(f"stale: {r.idea} record {r.record_id}: {r.stale_why}"), overflow="fold"
             )
     for r in board.rows:
-        if r.missing_cases:
-            console.print(
-                Text(
-                    f"not promotable: {r.idea} lacks case(s) {', '.join(r.missing_cases)} "
-                    "(the family promotes only ideas with every case of its PROMOTE_CASES)"
-                ),
-                overflow="fold",
-            )
+        if r.cases_unreadable:
+            why = "its kernel.py's CASES is not a literal tuple of strings (read without importing)"
+        elif r.missing_cases:
+            why = f"it lacks case(s) {', '.join(r.missing_cases)}"
+        else:
+            continue
+        console.print(
+            Text(
+                f"not promotable: {r.idea}: {why}; the family promotes only ideas with every "
+                "case of its PROMOTE_CASES"
+            ),
+            overflow="fold",
+        )
     if any(r.baseline for r in board.rows):
         console.print(
             "baseline: 000-* is the family's baseline benched as an idea: shown, never promoted"

@@ -262,9 +262,12 @@ def static_idea_cases(source: bytes | str) -> tuple[str, ...] | None:
         return None
     found: tuple[str, ...] | None = ("dense",)
     for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else (
-            [node.target] if isinstance(node, ast.AnnAssign) and node.value is not None else []
-        )  # fmt: skip
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets = [node.target]
+        else:
+            continue
         if not any(isinstance(t, ast.Name) and t.id == "CASES" for t in targets):
             continue
         try:

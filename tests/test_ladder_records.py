@@ -434,6 +434,11 @@ def test_winner_needs_every_case_the_family_promotes(tmp_path: Path) -> None:
     _put(root, _rec(code_sha=sha2, fwd=(0.6, 1.0), bwd=(1.0, 2.0), created="2026-06-02T00:00:00Z"))
     won = records.winner("toy", root)  # the working tree's kernel.py now declares both
     assert won.idea == "001-fast" and won.record["code_sha"] == sha2
+    kernel.write_text(kernel.read_text() + "\nCASES = tuple(sorted(CASES))\n")  # not literal
+    row = next(r for r in build_board("toy", root).rows if r.idea == "001-fast")
+    assert row.cases_unreadable and row.missing_cases == ["dense", "packed"]
+    with pytest.raises(records.NoWinner):
+        records.winner("toy", root, code_sha_of=lambda f: sha2)
 
 
 def test_static_idea_cases_reads_the_literal_only() -> None:
