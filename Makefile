@@ -23,7 +23,7 @@ on = $(filter 1 yes true on,$(shell echo '$(1)' | tr A-Z a-z))
 .PHONY: help setup test gpu-test lint vendor drift bench board winner wheel prodtime fsdp2 device clean
 
 help:  ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 setup:  ## create .venv with everything the CPU tests need (keeps an installed torch/triton)
 	bash tools/setup.sh

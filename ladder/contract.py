@@ -27,6 +27,7 @@ Optional
     baseline_retune(), contract_problems(outs, inputs), strided(inputs), shape_fields(shape),
     KNOB_RULES, INTERPRET_KNOBS, BASELINE_ON_INTERPRETER; an idea's kernel.py may set
     CASES = ("dense", ...), as a literal tuple (the winner reads it without importing).
+    (A family with PROMOTE_CASES therefore needs it literal in every idea that may win.)
 
 :func:`validate_family` raises :class:`BadFamily` (one line: the file, the attribute, what it
 must be). Board and winner need only the core (FAMILY, ENTRY_POINTS, TARGET_DEVICE), so a
@@ -252,8 +253,9 @@ def promote_cases(fam: ModuleType) -> tuple[str, ...]:
 
 def static_idea_cases(source: bytes | str) -> tuple[str, ...] | None:
     """The cases an idea's kernel.py declares, read without importing it: its module-level
-    ``CASES = (...)`` as a literal tuple of strings, ("dense",) when it assigns none, None
-    when CASES is not such a literal (or the file does not parse)."""
+    ``CASES = (...)`` as a literal tuple (or list) of strings, ("dense",) when it assigns
+    none at module level, None when CASES is not such a literal (or the file does not
+    parse)."""
     import ast
 
     try:
@@ -272,9 +274,9 @@ def static_idea_cases(source: bytes | str) -> tuple[str, ...] | None:
             continue
         try:
             val = ast.literal_eval(node.value)
-        except ValueError:
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             return None
-        ok = isinstance(val, tuple) and val and all(isinstance(c, str) for c in val)
+        ok = isinstance(val, (tuple, list)) and val and all(isinstance(c, str) for c in val)
         found = tuple(val) if ok else None
     return found
 

@@ -154,12 +154,28 @@ def render_show(rec: dict, console: Any) -> None:
     console.print(errs)
     if times.row_count:
         console.print(times)
-    dims = ", ".join(f"{s['name']} B{s['B']} T{s['T']} D{s['D']} W{s['W']}" for s in rec["shapes"])
+    dims = ", ".join(_shape_label(s) for s in rec["shapes"])
     if dims:
         console.print(Text(f"shapes: {dims}"), overflow="fold")
     score = records.prod_ratio(rec)
     if score is not None:
         console.print(f"prod ratio (fwd + bwd): {score:.3f}")
+
+
+def _shape_label(shape: dict) -> str:
+    """'prod B16 T8192 D2048 W4': a record shape's name and its scalar fields (whatever the
+    family stores; upper-case size fields as B16, others as key=value), results left out."""
+    parts = [str(shape.get("name"))]
+    for key, val in shape.items():
+        if key == "name" or key in records.SHAPE_RESULT_KEYS or key == "host_us":
+            continue
+        if val is None or val is False or isinstance(val, (dict, list)):
+            continue
+        if key.isupper() and isinstance(val, int) and not isinstance(val, bool):
+            parts.append(f"{key}{val}")
+        else:
+            parts.append(f"{key}={val}")
+    return " ".join(parts)
 
 
 def _label(rec: dict) -> str:

@@ -26,9 +26,21 @@ __all__ = [
 
 
 class NoWinner(LadderError):
-    """No promotable record; the message says why."""
+    """No promotable record; the message says why. ``lacking``: {idea folder: the cases of
+    the family's PROMOTE_CASES it lacks}; ``unreadable``: idea folders whose CASES could
+    not be read statically (both only for ideas that were otherwise promotable)."""
 
     exit_code = 1
+
+    def __init__(
+        self,
+        message: str,
+        lacking: dict[str, list[str]] | None = None,
+        unreadable: set[str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.lacking = dict(lacking or {})
+        self.unreadable = set(unreadable or ())
 
 
 def _shape(rec: dict, name: str) -> dict | None:
@@ -169,7 +181,10 @@ def winner(
         "stale": 0,
         "not faster than fla": 0,
         "missing a case the family promotes": 0,
+        "with CASES not a literal tuple in kernel.py": 0,
     }
+    lacking: dict[str, list[str]] = {}
+    unreadable: set[str] = set()
     best: tuple[tuple, dict, float] | None = None
     stale: list[tuple[float, dict]] = []
     for rec in recs:
@@ -197,9 +212,16 @@ def winner(
         if not score > 1.0:  # promoting it would make the package slower than fla
             reasons["not faster than fla"] += 1
             continue
-        if required and not set(required) <= set(ideas_cases(folder) or ()):
-            reasons["missing a case the family promotes"] += 1
-            continue
+        if required:
+            declared = ideas_cases(folder)
+            if declared is None:
+                reasons["with CASES not a literal tuple in kernel.py"] += 1
+                unreadable.add(folder)
+                continue
+            if not set(required) <= set(declared):
+                reasons["missing a case the family promotes"] += 1
+                lacking[folder] = [c for c in required if c not in declared]
+                continue
         key = (-score, created_at(rec), rec["record_id"])
         if best is None or key < best[0]:
             best = (key, rec, score)
@@ -210,13 +232,33 @@ def winner(
                 f"`python -m ladder bench {family} <idea>`"
             )
         parts = [f"{n} {label}" for label, n in reasons.items() if n]
-        if reasons["missing a case the family promotes"]:
-            parts.append(f"PROMOTE_CASES = {', '.join(required)}")
         why = "; ".join(_stale_lines(stale, explain, limit=3))
+        cases = "; ".join(
+            [f"{f} lacks {', '.join(c)}" for f, c in sorted(lacking.items())]
+            + [
+                f"{f}'s kernel.py: CASES must be a literal tuple of strings"
+                for f in sorted(unreadable)
+            ]
+        )
+        if cases:
+            cases = (
+                "; the family promotes only ideas with every case of PROMOTE_CASES = "
+                f"{', '.join(required)} ({cases})"
+            )
+        fixable = {
+            "missing a case the family promotes",
+            "with CASES not a literal tuple in kernel.py",
+        }
+        advice = (
+            "; add the missing cases to an idea (CASES and the case entry points), then bench it"
+            if all(label in fixable for label, n in reasons.items() if n)
+            else f"; commit, then `python -m ladder bench {family} <idea>` on a clean tree"
+        )
         raise NoWinner(
             f"no promotable {family} record on a device matching {device!r} among {len(recs)} "
-            f"({', '.join(parts)}){'; ' + why if why else ''}; commit, then "
-            f"`python -m ladder bench {family} <idea>` on a clean tree"
+            f"({', '.join(parts)}){'; ' + why if why else ''}{cases}{advice}",
+            lacking,
+            unreadable,
         )
     _, rec, score = best
     path = Path(rec["_path"])

@@ -263,3 +263,13 @@ def test_sweep_refusals_come_before_any_measurement(cpu_gpu) -> None:
     usage_error(_sweep(root, "TOY_NOPE=1,2"), "never reads TOY_NOPE")
     assert measured == []
     assert list((idea_path(root, "004-flaky") / "records").iterdir()) == []
+
+
+def test_show_labels_any_familys_shape_fields() -> None:
+    from ladder.recview import _shape_label
+
+    kda = {"name": "prod", "B": 16, "T": 8192, "H": 16, "K": 128, "case": "dense",
+           "lengths": None, "state": False, "fwd": {}, "host_us": {}, "peak_mem_bytes": {}}  # fmt: skip
+    assert _shape_label(kda) == "prod B16 T8192 H16 K128 case=dense"
+    cconv = {"name": "w2", "B": 16, "T": 8192, "D": 2048, "W": 2, "x_dtype": "bfloat16"}
+    assert _shape_label(cconv) == "w2 B16 T8192 D2048 W2 x_dtype=bfloat16"

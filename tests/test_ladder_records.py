@@ -437,7 +437,9 @@ def test_winner_needs_every_case_the_family_promotes(tmp_path: Path) -> None:
     kernel.write_text(kernel.read_text() + "\nCASES = tuple(sorted(CASES))\n")  # not literal
     row = next(r for r in build_board("toy", root).rows if r.idea == "001-fast")
     assert row.cases_unreadable and row.missing_cases == ["dense", "packed"]
-    with pytest.raises(records.NoWinner):
+    with pytest.raises(
+        records.NoWinner, match=r"001-fast.s kernel.py: CASES must be a literal tuple"
+    ):
         records.winner("toy", root, code_sha_of=lambda f: sha2)
 
 
@@ -451,3 +453,5 @@ def test_static_idea_cases_reads_the_literal_only() -> None:
     assert static_idea_cases(b"CASES = ()\n") is None
     assert static_idea_cases(b"CASES = (1, 2)\n") is None
     assert static_idea_cases(b"def (:\n") is None
+    assert static_idea_cases(b'CASES = ["dense", "varlen"]\n') == ("dense", "varlen")
+    assert static_idea_cases(b'CASES = {("dense",), ["varlen"]}\n') is None  # unhashable

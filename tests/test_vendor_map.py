@@ -30,9 +30,26 @@ def test_the_winner_is_in_the_vendor_map(name):
             repo,
             device=spec.target_device,
             code_sha_of=vl.code_sha_lookup(repo, "HEAD", spec),
+            cases_of=vl.cases_lookup(repo, "HEAD", spec),
         )
     except NoWinner:
         return  # nothing can be promoted yet: nothing the map must hold
     assert won.idea in spec.modules, (
         f"the winner {won.idea} is not in VENDOR['modules'] of {spec.family_dir}/family.py"
     )
+
+
+def test_the_vendor_refuses_an_idea_without_the_cases_the_family_promotes():
+    """cconv promotes only ideas with every case (PROMOTE_CASES); idea 001 takes the dense
+    case alone, so neither --idea nor --record may vendor it, and the refusal says why."""
+    import importlib.util
+
+    repo = vl.TOOL_ROOT
+    path = repo / "tools" / "vendor.py"
+    mod_spec = importlib.util.spec_from_file_location("kf_vendor_tool", path)
+    tool = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(tool)
+    spec = vl.load_family_spec(repo, "HEAD", "cconv")
+    with pytest.raises(vl.VendorError, match=r"001-strip-onepass lacks case\(s\) bias-residual"):
+        tool._check_promoted_cases(repo, spec, "HEAD", "001-strip-onepass")
+    tool._check_promoted_cases(repo, spec, "HEAD", "003-strip-merge")  # every case: accepted

@@ -56,6 +56,7 @@ def select_record(
                 f"record {record_id}{where} is not committed at {commit[:12]} "
                 f"({len(matches)} matches); commit it, or pass --commit"
             )
+        _check_promoted_cases(repo, spec, commit, matches[0])
         return matches[0], record_id
 
     code_sha_of = vl.code_sha_lookup(repo, commit, spec, only=idea)  # only `idea` competes
@@ -66,12 +67,41 @@ def select_record(
             cases_of=vl.cases_lookup(repo, commit, spec),
         )  # fmt: skip
     except NoWinner as exc:
+        if idea is not None and (idea in exc.lacking or idea in exc.unreadable):
+            _check_promoted_cases(repo, spec, commit, idea)  # raises, saying which cases
         if idea is not None:
             _explain_no_record(repo, spec, commit, idea, code_sha_of(idea), load_records)
         raise vl.VendorError(f"no winner for {spec.family} at {commit[:12]}: {exc}") from None
     except LadderError as exc:
         raise vl.VendorError(str(exc)) from None
     return won.idea, won.record["record_id"]
+
+
+def _check_promoted_cases(repo: Path, spec: vl.FamilySpec, commit: str, idea: str) -> None:
+    """Refuse an idea that lacks a case of the family's PROMOTE_CASES (its CASES read at
+    ``commit``), as the winner rule does."""
+    from ladder.contract import promote_cases
+    from ladder.paths import LadderError, load_family
+
+    try:
+        required = promote_cases(load_family(spec.family, repo))
+    except LadderError as exc:
+        raise vl.VendorError(str(exc)) from None
+    if not required:
+        return
+    declared = vl.cases_lookup(repo, commit, spec)(idea)
+    if declared is None:
+        raise vl.VendorError(
+            f"idea {idea}'s kernel.py declares CASES that cannot be read statically (a literal "
+            f"tuple of strings); family {spec.family} promotes only ideas with every case of "
+            "its PROMOTE_CASES (family.py)"
+        )
+    missing = [c for c in required if c not in declared]
+    if missing:
+        raise vl.VendorError(
+            f"idea {idea} lacks case(s) {', '.join(missing)}; family {spec.family} promotes "
+            "only ideas with every case of its PROMOTE_CASES (family.py)"
+        )
 
 
 def _explain_no_record(
