@@ -5,7 +5,8 @@ from that tail, its cases are 002's bit for bit; and its dense kernels compile f
 The interpreter has no inline PTX, so the scripts below evaluate the two instructions the
 fast path uses in numpy: tanh.approx.f32 as tanh rounded to fp32 (more accurate than the
 MUFU op, so a fault 001 shows here it shows on the GPU too) and ex2.approx.ftz.f32 as exp2
-rounded to fp32 with subnormal results flushed. Each script runs in a subprocess:
+rounded to fp32 with subnormal results flushed (and, for idea 004, rcp.approx.ftz.f32 as
+1/x rounded to fp32, subnormal inputs and results flushed). Each script runs in a subprocess:
 TRITON_INTERPRET and the idea's knobs are read when triton and the idea are imported.
 """
 
@@ -37,6 +38,11 @@ def _emulated_asm(self, asm, constraints, values, type, is_pure, pack):
         elif op == "ex2.approx.ftz.f32":
             out = np.exp2(v).astype(np.float32)
             out[np.abs(out) < np.float32(2.0**-126)] = 0
+        elif op == "rcp.approx.ftz.f32":  # idea 004
+            v[np.abs(v) < 2.0**-126] = 0
+            with np.errstate(divide="ignore"):
+                out = (1.0 / v).astype(np.float32)
+            out[np.abs(out) < np.float32(2.0**-126)] = 0
         else:
             raise NotImplementedError(asm)
     h = _interp.TensorHandle(out, values[0].dtype)
@@ -50,6 +56,7 @@ import ladder  # the idea import finder
 from ladder.kernels.cconv.ideas.i001 import kernel as k1
 from ladder.kernels.cconv.ideas.i002 import kernel as k2
 from ladder.kernels.cconv.ideas.i003 import kernel as k3
+from ladder.kernels.cconv.ideas.i004 import kernel as k4
 """
 
 TAIL = r"""
@@ -94,7 +101,7 @@ import triton.language as tl
 
 
 @triton.jit
-def probe(z, y, g, N: tl.constexpr):
+def probe3(z, y, g, N: tl.constexpr):
     # 003's fp32 silu and dy * silu' (dy = 1) as its kernels compute them before the store
     o = tl.arange(0, N)
     v = tl.load(z + o)
@@ -102,36 +109,53 @@ def probe(z, y, g, N: tl.constexpr):
     tl.store(g + o, k3._g(v, tl.full([N], 1.0, tl.float32), True))
 
 
+@triton.jit
+def probe4(z, y, g, N: tl.constexpr):
+    # the same for idea 004
+    o = tl.arange(0, N)
+    v = tl.load(z + o)
+    tl.store(y + o, k4._silu(v, True))
+    tl.store(g + o, k4._g(v, tl.full([N], 1.0, tl.float32), True))
+
+
 grid = (torch.arange(-40 * 16, -4 * 16 + 1, dtype=torch.float32) / 16).bfloat16()
 big = torch.tensor(
     [-100.0, -99.0, -97.0, -96.0, -95.0, -92.0, -90.0, -88.0, -87.0, -80.0, -70.0,
      70.0, 88.0, 96.0, 100.0]
 ).bfloat16()
-res = {"grid": {"001": check(k1, grid), "003": check(k3, grid)}}
+res = {"grid": {"001": check(k1, grid), "003": check(k3, grid), "004": check(k4, grid)}}
 # Near +-100 silu is a bf16 subnormal, which the interpreter's fp32 -> bf16 cast gets wrong
 # (the GPU's cvt.rn does not): check the fp32 values before the store, and their bf16
 # rounding by torch.
 zb = torch.zeros(16)
 zb[: big.numel()] = big.float()
-yb, gb = torch.empty(16), torch.empty(16)
-probe[(1,)](zb, yb, gb, N=16)
 n = big.numel()
 zd = big.double()
 s = torch.sigmoid(zd)
 want = ((zd * s), (s * (1 + zd * (1 - s))))
-big_res = {}
-for name, got, ref in zip(("y", "dx"), (yb[:n], gb[:n]), want):
-    err = (got.double() - ref).abs()
-    tiny = 2.0**-149
-    big_res[name] = {
-        "finite": bool(torch.isfinite(got).all()),
-        "fp32_ok": bool((err <= 1e-5 * ref.abs() + 2 * tiny).all()),
-        "bf16_ulps": int((ordered(got.bfloat16()) - ordered(ref.float().bfloat16())).abs().max()),
-        "zero_where_nonzero": int(((got.bfloat16() == 0) & (ref.float().bfloat16() != 0)).sum()),
-    }
-res["big"] = {"003": big_res}
-y3, _ = silu_w1(k3, big)
-res["big_y_at_plus"] = [float(v) for v in y3[-4:].float()]
+res["big"], res["big_y_at_plus"] = {}, {}
+for idea, probe, mod in (("003", probe3, k3), ("004", probe4, k4)):
+    yb, gb = torch.empty(16), torch.empty(16)
+    probe[(1,)](zb, yb, gb, N=16)
+    big_res = {}
+    for name, got, ref in zip(("y", "dx"), (yb[:n], gb[:n]), want):
+        err = (got.double() - ref).abs()
+        tiny = 2.0**-149
+        big_res[name] = {
+            "finite": bool(torch.isfinite(got).all()),
+            "fp32_ok": bool((err <= 1e-5 * ref.abs() + 2 * tiny).all()),
+            # 004 rounds s itself to the subnormal grid below z = -87, then multiplies by z
+            "fp32_ok_s_subnormal": bool(
+                (err <= 1e-5 * ref.abs() + (zd.abs() + 3) * tiny).all()
+            ),
+            "bf16_ulps": int(
+                (ordered(got.bfloat16()) - ordered(ref.float().bfloat16())).abs().max()
+            ),
+            "zero_where_nonzero": int(((got.bfloat16() == 0) & (ref.float().bfloat16() != 0)).sum()),
+        }
+    res["big"][idea] = big_res
+    y_big, _ = silu_w1(mod, big)
+    res["big_y_at_plus"][idea] = [float(v) for v in y_big[-4:].float()]
 print("RESULT " + json.dumps(res))
 """
 
@@ -175,8 +199,46 @@ for i, (B, T, D, W, xdt, wdt) in enumerate(shapes):
 print("RESULT " + json.dumps(res))
 """
 
+AGAINST_THE_ORACLE_004 = r"""
+import torch.nn.functional as F
+
+
+def reference(x, w, dy):
+    # fp64 silu(causal conv(x, w)) and its gradients, from the same rounded inputs
+    xd = x.double().requires_grad_()
+    wd = w.double().requires_grad_()
+    B, T, D = x.shape
+    W = w.shape[1]
+    z = F.conv1d(F.pad(xd.transpose(1, 2), (W - 1, 0)), wd.unsqueeze(1), groups=D)
+    y = F.silu(z).transpose(1, 2)
+    y.backward(dy.double())
+    return y.detach(), xd.grad, wd.grad
+
+
+def rel(a, r):
+    return float((a.double() - r).norm() / r.norm())
+
+
+res = []
+for i, (B, T, D, W) in enumerate([(2, 37, 40, 4), (1, 70, 200, 3), (2, 19, 24, 2)]):
+    g = torch.Generator().manual_seed(10 + i)
+    x = (torch.randn(B, T, D, generator=g) * 3).bfloat16()  # a wide range of pre-activations
+    w = torch.randn(D, W, generator=g) * W**-0.5
+    dy = torch.randn(B, T, D, generator=g).bfloat16()
+    ref = reference(x, w, dy)
+    y1, (dx1, dw1) = k1.cconv_fwd(x, w), k1.cconv_bwd(x, w, dy)
+    y4, (dx4, dw4) = k4.cconv_fwd(x, w), k4.cconv_bwd(x, w, dy)
+    res.append({
+        "e001": [rel(t, r) for t, r in zip((y1, dx1, dw1), ref)],
+        "e004": [rel(t, r) for t, r in zip((y4, dx4, dw4), ref)],
+    })
+print("RESULT " + json.dumps(res))
+"""
+
 SAME_AS_002 = r"""
 from ladder.kernels.cconv import family
+import os
+k3 = {"003": k3, "004": k4}[os.environ["KF_IDEA"]]  # the idea compared with 002
 
 res = {}
 shapes = [s for s in family.SHAPES["small"] if isinstance(s, family.CaseShape)]
@@ -214,9 +276,10 @@ print("RESULT " + json.dumps(res))
 """
 
 
-def _run(script: str, fast: str, tmp: Path) -> object:
+def _run(script: str, fast: str, tmp: Path, idea: str = "003") -> object:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CCONV_")}
     env.update(
+        KF_IDEA=idea,
         TRITON_INTERPRET="1",
         CCONV_AUTOTUNE="0",
         CCONV_FAST_SIGMOID=fast,
@@ -246,27 +309,34 @@ def test_the_tail_grid_has_577_points(tail) -> None:
     assert tail["grid"]["003"]["y"]["n"] == 577 == tail["grid"]["003"]["dx"]["n"]
 
 
+IDEAS = ["003", "004"]  # 004 (exact-sigmoid) has the same tail contract as 003
+
+
+@pytest.mark.parametrize("idea", IDEAS)
 @pytest.mark.parametrize("out", ["y", "dx"])
-def test_003_silu_is_fp32_silu_rounded_to_bf16_in_the_negative_tail(tail, out) -> None:
+def test_silu_is_fp32_silu_rounded_to_bf16_in_the_negative_tail(tail, out, idea) -> None:
     """z from -40 to -4 by 1/16 (rounded to bf16, as x would be): y and dx from the kernels
     within one bf16 ulp of fp32 silu / silu' rounded to bf16 (the interpreter's fp32 -> bf16
     cast truncates, the GPU's rounds), no -0 where the reference is a small negative, and
     finite."""
-    r = tail["grid"]["003"][out]
+    r = tail["grid"][idea][out]
     assert r["zero_where_nonzero"] == 0, r
     assert r["max_ulps"] <= 1, r
     assert r["finite"] and r["sign_ok"], r
 
 
+@pytest.mark.parametrize("idea", IDEAS)
 @pytest.mark.parametrize("out", ["y", "dx"])
-def test_003_silu_is_exact_near_100(tail, out) -> None:
+def test_silu_is_exact_near_100(tail, out, idea) -> None:
     """z from -100 to -70 and up to +100: the fp32 values the kernels store are within
     1e-5 relative (exp's argument z log2 e near -144 carries fp32's rounding, about 6e-6
     of the result; plus two subnormal steps where silu is subnormal) of the fp64 value,
     finite, and round to the same bf16 as the reference (no -0 where it is a tiny
-    negative)."""
-    r = tail["big"]["003"][out]
-    assert r["finite"] and r["fp32_ok"], r
+    negative). For 004, whose s = sigmoid(z) is itself rounded to the subnormal grid below
+    z = -87 before the products with z (and 1 + z), the fp32 bound adds |z| + 3
+    subnormal steps; the bf16 results must still be the reference's exactly."""
+    r = tail["big"][idea][out]
+    assert r["finite"] and r["fp32_ok" if idea == "003" else "fp32_ok_s_subnormal"], r
     assert r["bf16_ulps"] == 0 and r["zero_where_nonzero"] == 0, r
 
 
@@ -279,8 +349,9 @@ def test_the_same_check_catches_001s_fault(tail, out) -> None:
     assert r["max_ulps"] > 1 and not r["sign_ok"], r
 
 
-def test_large_positive_pre_activations_stay_exact(tail) -> None:
-    assert tail["big_y_at_plus"] == [70.0, 88.0, 96.0, 100.0]
+@pytest.mark.parametrize("idea", IDEAS)
+def test_large_positive_pre_activations_stay_exact(tail, idea) -> None:
+    assert tail["big_y_at_plus"][idea] == [70.0, 88.0, 96.0, 100.0]
 
 
 @pytest.mark.parametrize("fast", ["1", "0"])
@@ -293,10 +364,21 @@ def test_dense_loop_is_001s_bit_for_bit_away_from_the_tail(fast, tmp_path) -> No
         assert all(r["equal"]), r
 
 
-def test_cases_are_002s_bit_for_bit(tmp_path) -> None:
+def test_004_dense_errors_against_the_oracle_match_001s(tmp_path) -> None:
+    """004's fast sigmoid (emulated) on random bf16 inputs with pre-activations of several
+    units: y, dx and dw against the float64 silu conv within 1.1x 001's errors (plus a floor
+    of a tenth of a bf16 unit), and within the family's bf16 tolerance."""
+    for r in _run(AGAINST_THE_ORACLE_004, "1", tmp_path):
+        for e4, e1 in zip(r["e004"], r["e001"], strict=True):
+            assert e4 <= 1.1 * e1 + 4e-4, r
+            assert e4 < 1e-2, r
+
+
+@pytest.mark.parametrize("idea", IDEAS)
+def test_cases_are_002s_bit_for_bit(tmp_path, idea) -> None:
     """Every small case shape of the family (bias, residual, activation None, state,
     packed sequences, fp32 x), the decode step, and 001's case with a final state."""
-    res = _run(SAME_AS_002, "0", tmp_path)
+    res = _run(SAME_AS_002, "0", tmp_path, idea)
     assert len(res) == 9
     for name, eq in res.items():
         assert eq and all(eq), (name, eq)
@@ -308,12 +390,15 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 import ladder
 from ladder.kernels.cconv.ideas.i003 import kernel as k3
+from ladder.kernels.cconv.ideas.i004 import kernel as k4
 
 out = {}
 t0 = time.time()
 for name, heur, ptrs, ints in (
     ("fwd", k3.cconv_fwd_kernel, ["*bf16", "*fp32", "*bf16"], 9),
     ("bwd", k3.cconv_bwd_kernel, ["*bf16", "*fp32", "*bf16", "*bf16", "*fp32"], 14),
+    ("fwd4", k4.cconv_fwd_kernel, ["*bf16", "*fp32", "*bf16"], 9),
+    ("bwd4", k4.cconv_bwd_kernel, ["*bf16", "*fp32", "*bf16", "*bf16", "*fp32"], 14),
 ):
     fn = heur.fn
     consts = {"W": 4, "FAST": True, "EVEN_T": True, "BD": 512, "G": 8, "MD": False}
@@ -327,6 +412,7 @@ for name, heur, ptrs, ints in (
     out[name] = {
         "tanh": len(re.findall(r"tanh\.approx\.f32", ptx)),
         "ex2": len(re.findall(r"ex2\.approx\.ftz\.f32", ptx)),
+        "rcp": len(re.findall(r"rcp\.approx\.ftz\.f32", ptx)),
         "local": len(re.findall(r"\.local", ptx)),
     }
 out["seconds"] = time.time() - t0
@@ -337,7 +423,8 @@ print("RESULT " + json.dumps(out))
 @pytest.mark.slow
 def test_dense_kernels_compile_for_sm90() -> None:
     """The fast-path kernels at the prod configuration (W 4, BD 512, G 8, 4 warps) lower to
-    PTX for sm90 with one tanh.approx and one ex2.approx.ftz per element (4 channels per
+    PTX for sm90 with (003) one tanh.approx and one ex2.approx.ftz, or (004) one ex2 and one
+    rcp.approx.ftz, per element (4 channels per
     thread; 8 rows in the forward loop, 8 + 3 halo rows in the backward) and no local-memory
     spills."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -355,10 +442,16 @@ def test_dense_kernels_compile_for_sm90() -> None:
     assert r["fwd"]["tanh"] == r["fwd"]["ex2"] == 8 * 4, r  # 4 channels per thread
     assert r["bwd"]["tanh"] == r["bwd"]["ex2"] == 11 * 4, r
     assert r["fwd"]["local"] == 0 == r["bwd"]["local"], r
+    # 004: no tanh, one ex2 and one rcp per element, no spills
+    assert r["fwd4"]["tanh"] == 0 == r["bwd4"]["tanh"], r
+    assert r["fwd4"]["ex2"] == r["fwd4"]["rcp"] == 8 * 4, r
+    assert r["bwd4"]["ex2"] == r["bwd4"]["rcp"] == 11 * 4, r
+    assert r["fwd4"]["local"] == 0 == r["bwd4"]["local"], r
 
 
 @pytest.mark.slow
-def test_check_idea_003_on_the_interpreter() -> None:
+@pytest.mark.parametrize("idea", IDEAS)
+def test_check_idea_on_the_interpreter(idea) -> None:
     """Every small shape of the family, the cases included, through the real harness: the
     idea declares every case and satisfies the case entry points."""
     from ladder.kernels.cconv import family
@@ -366,7 +459,7 @@ def test_check_idea_003_on_the_interpreter() -> None:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(REPO)
     proc = subprocess.run(
-        [sys.executable, "-m", "ladder", "check", "cconv", "003", "--interpret"],
+        [sys.executable, "-m", "ladder", "check", "cconv", idea, "--interpret"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]

@@ -101,6 +101,7 @@ VENDOR = {
         "001-strip-onepass": {"kernel": "strip"},
         "002-strip-box": {"kernel": "strip2"},
         "003-strip-merge": {"kernel": "strip3"},  # imports 002's module (strip2)
+        "004-exact-sigmoid": {"kernel": "strip3"},  # 003's successor: the same package slot
     },
 }
 
