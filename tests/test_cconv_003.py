@@ -120,14 +120,15 @@ def probe4(z, y, g, N: tl.constexpr):
 
 grid = (torch.arange(-40 * 16, -4 * 16 + 1, dtype=torch.float32) / 16).bfloat16()
 big = torch.tensor(
-    [-100.0, -99.0, -97.0, -96.0, -95.0, -92.0, -90.0, -88.0, -87.0, -80.0, -70.0,
+    [-140.0, -133.0, -132.0, -131.0, -120.0, -100.0, -99.0, -97.0, -96.0, -95.0, -92.0,
+     -90.0, -88.0, -87.0, -80.0, -70.0, -0.5, -0.0078125, 0.0, 0.0078125, 0.5, 20.0,
      70.0, 88.0, 96.0, 100.0]
-).bfloat16()
+).bfloat16()  # 004's flush band (-133..-131) and z near 0 too; the last four are checked below
 res = {"grid": {"001": check(k1, grid), "003": check(k3, grid), "004": check(k4, grid)}}
 # Near +-100 silu is a bf16 subnormal, which the interpreter's fp32 -> bf16 cast gets wrong
 # (the GPU's cvt.rn does not): check the fp32 values before the store, and their bf16
 # rounding by torch.
-zb = torch.zeros(16)
+zb = torch.zeros(32)
 zb[: big.numel()] = big.float()
 n = big.numel()
 zd = big.double()
@@ -135,8 +136,8 @@ s = torch.sigmoid(zd)
 want = ((zd * s), (s * (1 + zd * (1 - s))))
 res["big"], res["big_y_at_plus"] = {}, {}
 for idea, probe, mod in (("003", probe3, k3), ("004", probe4, k4)):
-    yb, gb = torch.empty(16), torch.empty(16)
-    probe[(1,)](zb, yb, gb, N=16)
+    yb, gb = torch.empty(32), torch.empty(32)
+    probe[(1,)](zb, yb, gb, N=32)
     big_res = {}
     for name, got, ref in zip(("y", "dx"), (yb[:n], gb[:n]), want):
         err = (got.double() - ref).abs()
@@ -235,6 +236,22 @@ for i, (B, T, D, W) in enumerate([(2, 37, 40, 4), (1, 70, 200, 3), (2, 19, 24, 2
 print("RESULT " + json.dumps(res))
 """
 
+ACCURATE_FORM_004 = r"""
+res = []
+for i, (B, T, D, W, xdt) in enumerate(
+    [(2, 37, 40, 4, torch.float16), (1, 70, 200, 3, torch.bfloat16), (2, 19, 24, 2, torch.float16)]
+):
+    g = torch.Generator().manual_seed(20 + i)
+    x = (torch.randn(B, T, D, generator=g) * 4).to(xdt)
+    w = torch.randn(D, W, generator=g) * W**-0.5
+    dy = torch.randn(B, T, D, generator=g).to(xdt)
+    y3, (dx3, dw3) = k3.cconv_fwd(x, w), k3.cconv_bwd(x, w, dy)
+    y4, (dx4, dw4) = k4.cconv_fwd(x, w), k4.cconv_bwd(x, w, dy)
+    eq = [torch.equal(y3, y4), torch.equal(dx3, dx4), torch.equal(dw3, dw4)]
+    res.append({"dtype": str(xdt), "equal": eq})
+print("RESULT " + json.dumps(res))
+"""
+
 SAME_AS_002 = r"""
 from ladder.kernels.cconv import family
 import os
@@ -306,7 +323,8 @@ def tail(tmp_path_factory) -> dict:
 
 
 def test_the_tail_grid_has_577_points(tail) -> None:
-    assert tail["grid"]["003"]["y"]["n"] == 577 == tail["grid"]["003"]["dx"]["n"]
+    for idea in ("001", "003", "004"):
+        assert tail["grid"][idea]["y"]["n"] == 577 == tail["grid"][idea]["dx"]["n"]
 
 
 IDEAS = ["003", "004"]  # 004 (exact-sigmoid) has the same tail contract as 003
@@ -328,7 +346,7 @@ def test_silu_is_fp32_silu_rounded_to_bf16_in_the_negative_tail(tail, out, idea)
 @pytest.mark.parametrize("idea", IDEAS)
 @pytest.mark.parametrize("out", ["y", "dx"])
 def test_silu_is_exact_near_100(tail, out, idea) -> None:
-    """z from -100 to -70 and up to +100: the fp32 values the kernels store are within
+    """z from -140 to -70, near 0 and up to +100: the fp32 values the kernels store are within
     1e-5 relative (exp's argument z log2 e near -144 carries fp32's rounding, about 6e-6
     of the result; plus two subnormal steps where silu is subnormal) of the fp64 value,
     finite, and round to the same bf16 as the reference (no -0 where it is a tiny
@@ -362,6 +380,17 @@ def test_dense_loop_is_001s_bit_for_bit_away_from_the_tail(fast, tmp_path) -> No
     for r in _run(SAME_AS_001, fast, tmp_path):
         assert r["z_min"] > -8.0 and r["z_below_0"] > 0, r
         assert all(r["equal"]), r
+
+
+@pytest.mark.parametrize("fast", ["1", "0"])
+def test_004_accurate_form_is_003s_bit_for_bit(fast, tmp_path) -> None:
+    """Where 004 does not take its fast form (fp16 x always; bf16 with the fast sigmoid off)
+    it computes exactly what 003 (and 001) compute."""
+    for r in _run(ACCURATE_FORM_004, fast, tmp_path):
+        if fast == "0" or r["dtype"] == "torch.float16":
+            assert all(r["equal"]), r
+        else:  # bf16 with the fast sigmoid: the two ideas' forms differ, and it shows
+            assert not all(r["equal"]), r
 
 
 def test_004_dense_errors_against_the_oracle_match_001s(tmp_path) -> None:

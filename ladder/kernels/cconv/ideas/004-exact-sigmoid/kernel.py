@@ -17,12 +17,13 @@ prod). Here, for every z,
     q = 2^(-z log2 e - 64)            one ex2.approx.ftz
     r = 1 / (2^-64 + q)               one rcp.approx.ftz; r = 2^64 sigmoid(z), normal for
                                       z > -131 (0 below, where silu's bf16 value is -0)
-    s = r 2^-64                       sigmoid(z): relative error a few fp32 ulps, subnormal
-                                      (and still exact enough for bf16) below z = -87
+    s = r 2^-64                       sigmoid(z): relative error up to about 2^-19 (the ex2
+                                      argument, near 64 to 190 in size, is rounded to fp32),
+                                      far under bf16's 2^-9; subnormal below z = -87
 
 so silu(z) = z s and silu'(z) = s (1 + z (1 - s)) are 001's expressions on an s that does
-not cancel; two MUFU ops and two FP ops per element against 001's one and two. fp16 keeps
-001's accurate ex2 + divide form.
+not cancel; two MUFU ops and three FP ops (FMA, add, multiply) per element against 001's
+one and two. fp16 keeps 001's accurate ex2 + divide form.
 
 Work layout, both directions:
 
