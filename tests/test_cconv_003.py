@@ -498,29 +498,35 @@ def test_check_idea_on_the_interpreter(idea) -> None:
 
 
 def test_the_dispatch_finds_003s_module_first(monkeypatch) -> None:
-    """kernel_fun.cconv.ops looks for the vendored box module as strip3 (idea 003), then
-    strip2 (002), and the dense pair comes from it; with neither (a build of 001 alone) the
+    """kernel_fun.cconv.ops looks for the vendored box module as strip4 (idea 004), strip3
+    (003), then strip2 (002), and the dense pair comes from it; with neither (a build of 001 alone) the
     box is None and the dense pair is the vendored _kernels package's."""
     import importlib
     import types
 
     from kernel_fun.cconv import _kernels, ops
 
+    assert ops.BOX_MODULES == (ops.EXACT_MODULE, ops.MERGED_MODULE, ops.BOX_MODULE)
     monkeypatch.setattr(ops, "_box_mod", False)
-    try:  # what this build vendors
-        built = importlib.import_module(ops.MERGED_MODULE)
-    except ModuleNotFoundError:
+    built = None  # what this build vendors: the first box module that imports
+    for name in ops.BOX_MODULES:
         try:
-            built = importlib.import_module(ops.BOX_MODULE)
+            built = importlib.import_module(name)
         except ModuleNotFoundError:
-            built = None
+            continue
+        break
     assert ops._box() is built and ops._dense() is (built or _kernels)
-    for name in (ops.MERGED_MODULE, ops.BOX_MODULE):  # a build without either
+    for name in ops.BOX_MODULES:  # a build without any
         monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.setattr(ops, "_box_mod", False)
     assert ops._box() is None and ops._dense() is _kernels
+    # 004 still hidden; 003 and 002 vendored: 003's module is the box
     fake = types.ModuleType(ops.MERGED_MODULE)
     monkeypatch.setitem(sys.modules, ops.MERGED_MODULE, fake)
     monkeypatch.setitem(sys.modules, ops.BOX_MODULE, types.ModuleType(ops.BOX_MODULE))
     monkeypatch.setattr(ops, "_box_mod", False)
     assert ops._box() is fake and ops._dense() is fake
+    newest = types.ModuleType(ops.EXACT_MODULE)  # 004 vendored too: it comes first
+    monkeypatch.setitem(sys.modules, ops.EXACT_MODULE, newest)
+    monkeypatch.setattr(ops, "_box_mod", False)
+    assert ops._box() is newest and ops._dense() is newest

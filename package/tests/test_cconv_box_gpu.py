@@ -28,7 +28,7 @@ FLOOR = {torch.bfloat16: 1e-4, torch.float16: 2e-5, torch.float32: 1e-6}
 
 # The box kernels under test: the vendored ones (003's, else 002's), else the candidate idea
 # 003's from the ladder, so these tests check what the next `make vendor` would ship.
-BOX_CANDIDATES = (ops.MERGED_MODULE, ops.BOX_MODULE, "ladder.kernels.cconv.ideas.i003.kernel")
+BOX_CANDIDATES = (*ops.BOX_MODULES, "ladder.kernels.cconv.ideas.i003.kernel")
 
 
 @pytest.fixture(autouse=True)

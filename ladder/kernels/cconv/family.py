@@ -94,14 +94,15 @@ KNOB_RULES = {
 # The one declared place mapping idea modules (file stem in the idea folder) to module names
 # in package/src/kernel_fun/cconv/_kernels/. An idea not listed cannot be vendored. A literal:
 # the vendor reads it from this file's source. kernel_fun.cconv.ops imports the box kernels
-# of 003 (strip3) or 002 (strip2), whichever is vendored, and 001's dense pair otherwise.
+# of 004 (strip4), 003 (strip3) or 002 (strip2), whichever is vendored, and 001's dense
+# pair otherwise.
 VENDOR = {
     "package": "kernel_fun.cconv",
     "modules": {
         "001-strip-onepass": {"kernel": "strip"},
         "002-strip-box": {"kernel": "strip2"},
         "003-strip-merge": {"kernel": "strip3"},  # imports 002's module (strip2)
-        "004-exact-sigmoid": {"kernel": "strip3"},  # 003's successor: the same package slot
+        "004-exact-sigmoid": {"kernel": "strip4"},  # imports 002's module (strip2)
     },
 }
 

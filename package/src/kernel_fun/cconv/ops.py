@@ -9,8 +9,10 @@ Three generations of kernels: `_kernels/strip.py` (idea 001: bf16/fp16 x, silu, 
 argument), `_kernels/strip2.py` (idea 002: every case of fla's causal_conv1d but
 `backend="cuda"` / `"mix"` and `cp_context`, and the decode step) and `_kernels/strip3.py`
 (idea 003: 001's dense loop and, through the `strip2` module it imports, 002's kernels for the other cases;
-the same functions as strip2). The box module, strip3 or else strip2, is imported on first
-use; while neither is vendored (`_box()` is None) only 001's case runs our kernels.
+the same functions as strip2), and `_kernels/strip4.py` (idea 004: 003 with an exact bf16
+sigmoid in one form). The box module, the first of strip4, strip3 and strip2 the build
+vendors, is imported on first use; while none is (`_box()` is None) only 001's case runs
+our kernels.
 
 The entry point is opaque to torch.compile (`torch.compiler.disable`) and every tensor
 operation of our path runs inside one `torch.autograd.Function`. Every launch, forward and
@@ -28,7 +30,10 @@ from .._common import compat, support
 
 FAMILY = "cconv"
 BOX_MODULE = "kernel_fun.cconv._kernels.strip2"  # idea 002, once vendored
-MERGED_MODULE = "kernel_fun.cconv._kernels.strip3"  # idea 003, once vendored (tried first)
+MERGED_MODULE = "kernel_fun.cconv._kernels.strip3"  # idea 003, once vendored
+EXACT_MODULE = "kernel_fun.cconv._kernels.strip4"  # idea 004, once vendored (tried first)
+# The box modules, newest idea first: whichever of them the build vendors takes every case.
+BOX_MODULES = (EXACT_MODULE, MERGED_MODULE, BOX_MODULE)
 ACTIVATIONS = (None, "silu", "swish")
 STRIP_X_DTYPES = (torch.float16, torch.bfloat16)  # idea 001
 BOX_X_DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # idea 002
@@ -80,14 +85,15 @@ def _kernels():
 
 
 def _box():
-    """The kernels of every case (003's strip3, else 002's strip2: conv_fwd, conv_bwd,
-    cconv_update, cconv_fwd, cconv_bwd), or None while neither is vendored. Looked up once."""
+    """The kernels of every case (004's strip4, else 003's strip3, else 002's strip2:
+    conv_fwd, conv_bwd, cconv_update, cconv_fwd, cconv_bwd), or None while none is vendored.
+    Looked up once."""
     global _box_mod
     if _box_mod is False:
         import importlib
 
         _box_mod = None
-        for name in (MERGED_MODULE, BOX_MODULE):
+        for name in BOX_MODULES:
             try:
                 _box_mod = importlib.import_module(name)
             except ModuleNotFoundError as exc:
