@@ -3,13 +3,17 @@ fp64 reference (cconv_reference.py) and against fla side by side (our error at m
 fla's), fallbacks bit-identical to fla, NaN/Inf where fla has them, the silu tail in bf16,
 and launches on the tensors' device.
 
-Until idea 003 (or 002) is vendored (`kernel_fun.cconv._kernels.strip3` / `strip2`), the
-`box` fixture routes the package to idea 003's source, which is what the vendor would copy.
+The `box` fixture routes the package to the vendored box module (004's strip4, 003's strip3
+or 002's strip2, the first the build has), else to idea 003's source. To check a candidate
+idea before it is vendored, name its kernel module:
+KERNEL_FUN_TEST_BOX=ladder.kernels.cconv.ideas.i004.kernel (the dense loop included: the
+package's dense calls then run that module's cconv_fwd / cconv_bwd too).
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 
 import pytest
 import torch
@@ -26,9 +30,13 @@ RATIO = 1.1  # our error against the oracle may be at most this times fla's (+ a
 FLOOR = {torch.bfloat16: 1e-4, torch.float16: 2e-5, torch.float32: 1e-6}
 
 
-# The box kernels under test: the vendored ones (003's, else 002's), else the candidate idea
-# 003's from the ladder, so these tests check what the next `make vendor` would ship.
-BOX_CANDIDATES = (*ops.BOX_MODULES, "ladder.kernels.cconv.ideas.i003.kernel")
+# The box kernels under test: KERNEL_FUN_TEST_BOX when set, else the vendored ones, else
+# idea 003's from the ladder.
+BOX_CANDIDATES = (
+    (os.environ["KERNEL_FUN_TEST_BOX"],)
+    if os.environ.get("KERNEL_FUN_TEST_BOX")
+    else (*ops.BOX_MODULES, "ladder.kernels.cconv.ideas.i003.kernel")
+)
 
 
 @pytest.fixture(autouse=True)
