@@ -3,7 +3,7 @@
 """Where kernel_fun.cconv._kernels came from. Literals only: tools/drift.py reads them
 with ast.literal_eval and never imports this module."""
 
-SOURCE_COMMIT = "bf5388b9daf2a6a2ce40f6f1b2b65b1f772a980e"
+SOURCE_COMMIT = "a14eff51f7aac82f9a9c770775047306c9f023f0"
 RECORD = {
     "idea": "003-strip-merge",
     "record_id": "20261130T222124Z-48feb3e7",
@@ -24,12 +24,12 @@ SOURCE_FILES = {
     "ladder/kernels/cconv/ideas/003-strip-merge/kernel.py": "a74e4df32b7a89d79b474c5886baf8a965d365328176b4774eaec4fdd3638831",
 }
 OUTPUT_FILES = {
-    "package/src/kernel_fun/cconv/_kernels/__init__.py": "74f4514ea9314276f46cdbd1a1787c2d2ee739cc2e117210f938b33a355669a0",
-    "package/src/kernel_fun/cconv/_kernels/strip2.py": "34db3489e86384a8a3ae807fc17157e170a0778398a8491af502c9dd52364c48",
-    "package/src/kernel_fun/cconv/_kernels/strip3.py": "c7d4b40c4ea089677830570a5c0ec3a4e1faeda5a983af38de8cff6a9eb82d1c",
+    "package/src/kernel_fun/cconv/_kernels/__init__.py": "5ceae99df5bc0f97170b056d9e02c66d81ff6a7d39f6a3464d2bf649d373990b",
+    "package/src/kernel_fun/cconv/_kernels/strip2.py": "b5907118fa84238324e94b73fd05d4917b4d5914614c1f4dab6fa8051331c05b",
+    "package/src/kernel_fun/cconv/_kernels/strip3.py": "1eee32b4667e6a2f5a8d735a116733d76622fad9bd4d6deea46a735eb7a9c4ae",
 }
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "20d052ef73be408e368d3d03358a862eee6053105cdf17c3dad6a494e0198759",
+    "tool_sha256": "8921c59c430af7d396177e6400d3da15ec7f0ab5f5d114204c760275493cd37c",
 }

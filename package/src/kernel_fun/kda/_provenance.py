@@ -30,5 +30,5 @@ OUTPUT_FILES = {
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "20d052ef73be408e368d3d03358a862eee6053105cdf17c3dad6a494e0198759",
+    "tool_sha256": "8921c59c430af7d396177e6400d3da15ec7f0ab5f5d114204c760275493cd37c",
 }
