@@ -251,7 +251,7 @@ def winner(
         }
         advice = (
             "; add the missing cases to an idea (CASES and the case entry points), then bench it"
-            if all(label in fixable for label, n in reasons.items() if n)
+            if all(label in fixable for label, n in reasons.items() if n and label != "baseline")
             else f"; commit, then `python -m ladder bench {family} <idea>` on a clean tree"
         )
         raise NoWinner(
