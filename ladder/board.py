@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ladder import paths, records
-from ladder.contract import promote_cases
+from ladder.contract import missing_promote_cases, promote_cases
 
 __all__ = [
     "Board",
@@ -302,7 +302,7 @@ def build_board(family: str, root: Path | None = None, *, device: str | None = N
         if required and not row.baseline:
             declared = cases_of(folder)
             row.cases_unreadable = declared is None
-            row.missing_cases = [c for c in required if c not in (declared or ())]
+            row.missing_cases = missing_promote_cases(required, declared)
             row.promotable = row.promotable and not row.missing_cases
         rows.append(row)
         best = next((r for r in recs if r["record_id"] == row.record_id), None)
@@ -314,6 +314,7 @@ def build_board(family: str, root: Path | None = None, *, device: str | None = N
             root,
             device=dev,
             code_sha_of=code_of,
+            cases_of=cases_of,
             explain=lambda rec: records.explain_stale(
                 rec, fdir / "ideas" / Path(rec["_path"]).parent.parent.name
             ),

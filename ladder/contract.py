@@ -53,6 +53,7 @@ __all__ = [
     "TIMED_KEYS",
     "family_cases",
     "idea_cases",
+    "missing_promote_cases",
     "promote_cases",
     "static_idea_cases",
     "shape_case",
@@ -249,6 +250,12 @@ def promote_cases(fam: ModuleType) -> tuple[str, ...]:
     """The cases a promotable idea must implement (the family's PROMOTE_CASES; () when the
     family sets none: any idea may win)."""
     return tuple(getattr(fam, "PROMOTE_CASES", ()))
+
+
+def missing_promote_cases(required: tuple[str, ...], declared: tuple | None) -> list[str]:
+    """The cases of ``required`` (a family's PROMOTE_CASES) an idea declaring ``declared``
+    lacks, in ``required``'s order; all of them when ``declared`` is None (unreadable)."""
+    return [c for c in required if c not in (declared or ())]
 
 
 def static_idea_cases(source: bytes | str) -> tuple[str, ...] | None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ladder import paths
-from ladder.contract import promote_cases, static_idea_cases
+from ladder.contract import missing_promote_cases, promote_cases, static_idea_cases
 from ladder.paths import LadderError
 from ladder.recstore import created_at, load_records
 
@@ -124,15 +124,19 @@ def current_code_sha_of(family: str, root: Path | None = None) -> Callable[[str]
 
 
 def current_cases_of(family: str, root: Path | None = None) -> Callable[[str], tuple | None]:
-    """A function: idea folder name -> the cases its working-tree kernel.py declares
+    """A cached function: idea folder name -> the cases its working-tree kernel.py declares
     (:func:`ladder.contract.static_idea_cases`; None when unreadable)."""
     fdir = paths.family_dir(family, root)
+    cache: dict[str, tuple | None] = {}
 
     def of(folder: str) -> tuple | None:
-        try:
-            return static_idea_cases((fdir / "ideas" / folder / "kernel.py").read_bytes())
-        except OSError:
-            return None
+        if folder not in cache:
+            try:
+                src = (fdir / "ideas" / folder / "kernel.py").read_bytes()
+            except OSError:
+                src = None
+            cache[folder] = None if src is None else static_idea_cases(src)
+        return cache[folder]
 
     return of
 
@@ -218,9 +222,10 @@ def winner(
                 reasons["with CASES not a literal tuple in kernel.py"] += 1
                 unreadable.add(folder)
                 continue
-            if not set(required) <= set(declared):
+            missing = missing_promote_cases(required, declared)
+            if missing:
                 reasons["missing a case the family promotes"] += 1
-                lacking[folder] = [c for c in required if c not in declared]
+                lacking[folder] = missing
                 continue
         key = (-score, created_at(rec), rec["record_id"])
         if best is None or key < best[0]:

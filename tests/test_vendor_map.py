@@ -24,13 +24,10 @@ def test_the_winner_is_in_the_vendor_map(name):
         for stem in mapping:
             assert (repo / spec.ideas_dir / folder / f"{stem}.py").is_file(), (folder, stem)
         assert "kernel" in mapping, f"{folder}: its kernel.py must be mapped"
+    code_sha_of, cases_of = vl.idea_lookups(repo, "HEAD", spec)
     try:
         won = winner(
-            name,
-            repo,
-            device=spec.target_device,
-            code_sha_of=vl.code_sha_lookup(repo, "HEAD", spec),
-            cases_of=vl.cases_lookup(repo, "HEAD", spec),
+            name, repo, device=spec.target_device, code_sha_of=code_sha_of, cases_of=cases_of
         )
     except NoWinner:
         return  # nothing can be promoted yet: nothing the map must hold

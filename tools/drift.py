@@ -372,11 +372,11 @@ def _winner_note(repo: Path, head: str, spec: vl.FamilySpec, record: dict[str, s
     from ladder.paths import LadderError
     from ladder.records import NoWinner, winner
 
-    code_sha_of = vl.code_sha_lookup(repo, head, spec)
+    code_sha_of, cases_of = vl.idea_lookups(repo, head, spec)
     try:
         won = winner(
             spec.family, repo, device=spec.target_device, code_sha_of=code_sha_of,
-            cases_of=vl.cases_lookup(repo, head, spec),
+            cases_of=cases_of,
         )  # fmt: skip
     except NoWinner as exc:
         return f"no winner at HEAD ({exc})"
@@ -397,11 +397,11 @@ def _unvendored_winner(repo: Path, head: str, spec: vl.FamilySpec) -> tuple[str 
     from ladder.paths import LadderError
     from ladder.records import NoWinner, winner
 
+    code_sha_of, cases_of = vl.idea_lookups(repo, head, spec)
     try:
         won = winner(
-            spec.family, repo, device=spec.target_device,
-            code_sha_of=vl.code_sha_lookup(repo, head, spec),
-            cases_of=vl.cases_lookup(repo, head, spec),
+            spec.family, repo, device=spec.target_device, code_sha_of=code_sha_of,
+            cases_of=cases_of,
         )  # fmt: skip
     except NoWinner as exc:
         return None, f"nothing to vendor yet: {exc}"

@@ -59,12 +59,12 @@ def select_record(
         _check_promoted_cases(repo, spec, commit, matches[0])
         return matches[0], record_id
 
-    code_sha_of = vl.code_sha_lookup(repo, commit, spec, only=idea)  # only `idea` competes
+    code_sha_of, cases_of = vl.idea_lookups(repo, commit, spec, only=idea)  # only `idea` competes
 
     try:
         won = winner(
             spec.family, repo, device=spec.target_device, code_sha_of=code_sha_of,
-            cases_of=vl.cases_lookup(repo, commit, spec),
+            cases_of=cases_of,
         )  # fmt: skip
     except NoWinner as exc:
         if idea is not None and (idea in exc.lacking or idea in exc.unreadable):
@@ -80,7 +80,7 @@ def select_record(
 def _check_promoted_cases(repo: Path, spec: vl.FamilySpec, commit: str, idea: str) -> None:
     """Refuse an idea that lacks a case of the family's PROMOTE_CASES (its CASES read at
     ``commit``), as the winner rule does."""
-    from ladder.contract import promote_cases
+    from ladder.contract import missing_promote_cases, promote_cases
     from ladder.paths import LadderError, load_family
 
     try:
@@ -89,14 +89,14 @@ def _check_promoted_cases(repo: Path, spec: vl.FamilySpec, commit: str, idea: st
         raise vl.VendorError(str(exc)) from None
     if not required:
         return
-    declared = vl.cases_lookup(repo, commit, spec)(idea)
+    declared = vl.idea_lookups(repo, commit, spec)[1](idea)
     if declared is None:
         raise vl.VendorError(
             f"idea {idea}'s kernel.py declares CASES that cannot be read statically (a literal "
             f"tuple of strings); family {spec.family} promotes only ideas with every case of "
             "its PROMOTE_CASES (family.py)"
         )
-    missing = [c for c in required if c not in declared]
+    missing = missing_promote_cases(required, declared)
     if missing:
         raise vl.VendorError(
             f"idea {idea} lacks case(s) {', '.join(missing)}; family {spec.family} promotes "

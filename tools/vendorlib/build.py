@@ -394,46 +394,34 @@ def _check_vanished(mod: SourceModule) -> None:
     )
 
 
-def cases_lookup(repo: Path, commit: str, spec: FamilySpec) -> Callable[[str], tuple | None]:
-    """``cases_of(folder)`` for ``ladder.records.winner``: the cases the idea folder's
-    kernel.py declares at ``commit`` (read statically, cached), None when it cannot be read."""
-    from ladder.codehash import CodeHashError, idea_files_at_commit
+def idea_lookups(
+    repo: Path, commit: str, spec: FamilySpec, only: str | None = None
+) -> tuple[Callable[[str], str], Callable[[str], tuple | None]]:
+    """``(code_sha_of, cases_of)`` for ``ladder.records.winner``, judged at ``commit``: an idea
+    folder's code_sha ("" for a folder that cannot be hashed, or that is not ``only``) and
+    the cases its kernel.py declares (read statically; None when it cannot be read). Both
+    read the folder's files from git once, through one cache."""
+    from ladder.codehash import CodeHashError, code_sha, idea_files_at_commit
     from ladder.contract import static_idea_cases
 
-    cache: dict[str, tuple | None] = {}
+    files: dict[str, dict[str, bytes] | None] = {}
 
-    def cases_of(folder: str) -> tuple | None:
-        if folder not in cache:
+    def files_of(folder: str) -> dict[str, bytes] | None:
+        if folder not in files:
             try:
-                files = idea_files_at_commit(repo, commit, f"{spec.ideas_dir}/{folder}")
+                files[folder] = idea_files_at_commit(repo, commit, f"{spec.ideas_dir}/{folder}")
             except CodeHashError:
-                files = {}
-            src = files.get("kernel.py")
-            cache[folder] = None if src is None else static_idea_cases(src)
-        return cache[folder]
-
-    return cases_of
-
-
-def code_sha_lookup(
-    repo: Path, commit: str, spec: FamilySpec, only: str | None = None
-) -> Callable[[str], str]:
-    """``code_sha_of(folder)`` for ``ladder.records.winner``: the idea folder's code_sha at
-    ``commit`` (cached), "" for a folder that cannot be hashed, or that is not ``only``."""
-    from ladder.codehash import CodeHashError, code_sha, idea_files_at_commit
-
-    cache: dict[str, str] = {}
+                files[folder] = None
+        return files[folder]
 
     def code_sha_of(folder: str) -> str:
         if only is not None and folder != only:
             return ""
-        if folder not in cache:
-            try:
-                cache[folder] = code_sha(
-                    idea_files_at_commit(repo, commit, f"{spec.ideas_dir}/{folder}")
-                )
-            except CodeHashError:
-                cache[folder] = ""
-        return cache[folder]
+        found = files_of(folder)
+        return "" if found is None else code_sha(found)
 
-    return code_sha_of
+    def cases_of(folder: str) -> tuple | None:
+        src = (files_of(folder) or {}).get("kernel.py")
+        return None if src is None else static_idea_cases(src)
+
+    return code_sha_of, cases_of
