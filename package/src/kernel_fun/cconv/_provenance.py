@@ -31,5 +31,5 @@ OUTPUT_FILES = {
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "8921c59c430af7d396177e6400d3da15ec7f0ab5f5d114204c760275493cd37c",
+    "tool_sha256": "915ed725d7be383c59b997439040a524083e6e7477c3c5415380cb5b70bfedea",
 }
