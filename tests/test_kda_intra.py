@@ -1,4 +1,4 @@
-"""The kda ideas' backward intra-chunk stages (001, 002) on Triton's CPU interpreter, against the stage's
+"""The kda ideas' backward intra-chunk stages (001, 002, 003) on Triton's CPU interpreter, against the stage's
 definition evaluated in float64 with torch (pairwise exp2 over each chunk, no factorisation).
 
 Runs in a subprocess: TRITON_INTERPRET must be set before triton is imported.
@@ -55,6 +55,8 @@ SCRIPT = textwrap.dedent(
     cases = [
         ("dense-deep", 2, 100, 2, 2, None, 12.0),
         ("gva-varlen", 1, 150, 1, 2, [0, 1, 65, 67, 130, 150], 0.5),
+        # tens of log2 units per token: every diagonal tile past kda/003's anchored range
+        ("dense-deeper", 1, 80, 1, 1, None, 40.0),
     ]
     for name, B, T, H, HV, cu, depth in cases:
         torch.manual_seed(0)
@@ -102,7 +104,7 @@ SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("idea", ["i001", "i002"])
+@pytest.mark.parametrize("idea", ["i001", "i002", "i003"])
 def test_intra_stage_matches_its_definition_in_the_interpreter(idea: str) -> None:
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": f"{REPO}:{REPO / 'package/src'}"}
     script = SCRIPT.replace("ladder.kernels.kda.ideas.IDEA", f"ladder.kernels.kda.ideas.{idea}")

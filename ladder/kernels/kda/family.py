@@ -106,6 +106,7 @@ VENDOR = {
     "modules": {
         "001-intra-diag-parallel": {"kernel": "chain_001", "intra": "intra_001"},
         "002-bwd-wide-ctas": {"kernel": "chain", "intra": "intra"},
+        "003-intra-anchored-diag": {"kernel": "chain3", "intra": "intra3"},
     },
 }
 
