@@ -43,6 +43,11 @@ import triton.language as tl
 BK = int(os.environ.get("KDA_INTRA_BK", "32"))
 NUM_WARPS = int(os.environ.get("KDA_INTRA_WARPS", "2"))
 NUM_STAGES = int(os.environ.get("KDA_INTRA_STAGES", "2"))
+# precision of the diagonal tile's products: tf32x3 (fp32-accurate) or tf32
+DIAG_PRECISION = os.environ.get("KDA_INTRA_DIAG_PRECISION", "tf32x3")
+# 1: load the later sub-chunks' dA tiles already transposed (strided columns) instead of
+# transposing them in registers
+TRANSPOSED_LOADS = os.environ.get("KDA_INTRA_TRANSPOSED_LOADS", "0") == "1"
 
 BT = 64
 BC = 16
@@ -59,7 +64,7 @@ def kda_bwd_intra_kernel(
     T, NTOK,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
     BK: tl.constexpr, NC: tl.constexpr, NK: tl.constexpr, IS_VARLEN: tl.constexpr,
-    DIAG_RANGE: tl.constexpr,
+    DIAG_RANGE: tl.constexpr, DIAG_PRECISION: tl.constexpr, TRANSPOSED_LOADS: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0).to(tl.int64)
     i_k, i_i, i_t = pid % NK, (pid // NK) % NC, pid // (NK * NC)
@@ -139,11 +144,16 @@ def kda_bwd_intra_kernel(
             b_gj = tl.load(g + rj[:, None] * SG + o_k[None, :], mask=m_jk, other=0.0)
             b_bj = tl.load(beta + rj * HV, mask=m_j, other=0.0).to(tl.float32)
             b_f = tl.where(m_jk, tl.exp2(b_gj - b_gl[None, :]), 0.0)
-            p_a = rj[:, None] * SA + (i_i * BC + o_i)[None, :]  # [later rows, I's columns]
-            b_aq = tl.load(dAqk + p_a, mask=m_j[:, None], other=0.0)
-            b_ak = tl.load(dAkk + p_a, mask=m_j[:, None], other=0.0)
-            b_dkt = tl.dot(tl.trans(b_aq), b_qj * b_f, b_dkt)
-            b_dkt = tl.dot(tl.trans(b_ak), b_kj * b_bj[:, None] * b_f, b_dkt)
+            if TRANSPOSED_LOADS:
+                p_t = (i_i * BC + o_i)[:, None] + rj[None, :] * SA  # [I's columns, later rows]
+                b_tq = tl.load(dAqk + p_t, mask=m_j[None, :], other=0.0)
+                b_tk = tl.load(dAkk + p_t, mask=m_j[None, :], other=0.0)
+            else:
+                p_a = rj[:, None] * SA + (i_i * BC + o_i)[None, :]  # [later rows, I's columns]
+                b_tq = tl.trans(tl.load(dAqk + p_a, mask=m_j[:, None], other=0.0))
+                b_tk = tl.trans(tl.load(dAkk + p_a, mask=m_j[:, None], other=0.0))
+            b_dkt = tl.dot(b_tq, b_qj * b_f, b_dkt)
+            b_dkt = tl.dot(b_tk, b_kj * b_bj[:, None] * b_f, b_dkt)
         b_dkt *= tl.where(m_rk, tl.exp2(b_gl[None, :] - b_g), 0.0)
 
     # the diagonal tile
@@ -160,10 +170,10 @@ def kda_bwd_intra_kernel(
         b_ef = tl.where(m_rk, tl.exp2(b_g - b_m[None, :]), 0.0)  # row factors
         b_eb = tl.where(m_rk, tl.exp2(b_m[None, :] - b_g), 0.0)  # column factors
         b_kc = b_k * b_eb
-        b_pq += b_ef * tl.dot(b_aq, b_kc, input_precision="tf32x3")
-        b_pk += b_ef * tl.dot(b_ak, b_kc, input_precision="tf32x3")
-        b_t = tl.dot(tl.trans(b_aq), b_q * b_ef, input_precision="tf32x3")
-        b_t = tl.dot(tl.trans(b_ak), b_kb * b_ef, b_t, input_precision="tf32x3")
+        b_pq += b_ef * tl.dot(b_aq, b_kc, input_precision=DIAG_PRECISION)
+        b_pk += b_ef * tl.dot(b_ak, b_kc, input_precision=DIAG_PRECISION)
+        b_t = tl.dot(tl.trans(b_aq), b_q * b_ef, input_precision=DIAG_PRECISION)
+        b_t = tl.dot(tl.trans(b_ak), b_kb * b_ef, b_t, input_precision=DIAG_PRECISION)
         b_dkt += b_eb * b_t
     else:
         n_d = tl.minimum(BC, L - i_ti)
@@ -218,7 +228,7 @@ def kda_bwd_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens=None, ch
     kda_bwd_intra_kernel[grid](
         q, k, g, beta, dAqk, dAkk, dq, dk, dg, dq2, dk2, dg2, db2, cu_seqlens, chunk_indices,
         T, B * T, H=H, HV=HV, K=Kd, BT=BT, BC=BC, BK=BK, NC=NC, NK=NK,
-        IS_VARLEN=cu_seqlens is not None, DIAG_RANGE=DIAG_RANGE, num_warps=NUM_WARPS,
-        num_stages=NUM_STAGES,
+        IS_VARLEN=cu_seqlens is not None, DIAG_RANGE=DIAG_RANGE, DIAG_PRECISION=DIAG_PRECISION,
+        TRANSPOSED_LOADS=TRANSPOSED_LOADS, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
     )  # fmt: skip
     return dq2, dk2, db2.sum(0).add_(db), dg2
