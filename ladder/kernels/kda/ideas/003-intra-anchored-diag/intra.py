@@ -43,14 +43,6 @@ import triton.language as tl
 BK = int(os.environ.get("KDA_INTRA_BK", "32"))
 NUM_WARPS = int(os.environ.get("KDA_INTRA_WARPS", "2"))
 NUM_STAGES = int(os.environ.get("KDA_INTRA_STAGES", "2"))
-# a cap on registers per thread (0: none): at 2 warps the kernel needs about 240, which holds
-# 4 programs per SM; 200 and 168 would hold 5 and 6, at the cost of spills
-MAXNREG = int(os.environ.get("KDA_INTRA_MAXNREG", "0"))
-# precision of the diagonal tile's products: tf32x3 (fp32-accurate) or tf32
-DIAG_PRECISION = os.environ.get("KDA_INTRA_DIAG_PRECISION", "tf32x3")
-# 1: load the later sub-chunks' dA tiles already transposed (strided columns) instead of
-# transposing them in registers
-TRANSPOSED_LOADS = os.environ.get("KDA_INTRA_TRANSPOSED_LOADS", "0") == "1"
 
 BT = 64
 BC = 16
@@ -67,7 +59,7 @@ def kda_bwd_intra_kernel(
     T, NTOK,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
     BK: tl.constexpr, NC: tl.constexpr, NK: tl.constexpr, IS_VARLEN: tl.constexpr,
-    DIAG_RANGE: tl.constexpr, DIAG_PRECISION: tl.constexpr, TRANSPOSED_LOADS: tl.constexpr,
+    DIAG_RANGE: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0).to(tl.int64)
     i_k, i_i, i_t = pid % NK, (pid // NK) % NC, pid // (NK * NC)
@@ -108,40 +100,16 @@ def kda_bwd_intra_kernel(
     m_rk = m_r[:, None] & m_k[None, :]
     n_sub = tl.minimum(NC, tl.cdiv(L - i_t * BT, BC))  # sub-chunks of this chunk with rows
 
-    # the anchors: g at I's first and last rows
-    b_ga = tl.load(g + i_ti * SG + o_k, mask=m_k, other=0.0)
-    b_gl = tl.load(g + (tl.minimum(i_ti + BC, L) - 1) * SG + o_k, mask=m_k, other=0.0)
-
-    # the loops over the other sub-chunks first, with only their accumulators live; this
-    # sub-chunk's own rows are loaded after them.
-    # I's keys against the later sub-chunks, anchored at I's last row
-    b_dkt = tl.zeros([BC, BK], dtype=tl.float32)
-    if i_i < n_sub - 1:  # then I is whole: its last row is i_ti + BC - 1
-        for i_j in range(i_i + 1, n_sub):
-            rj = i_t * BT + i_j * BC + o_i
-            m_j = rj < L
-            m_jk = m_j[:, None] & m_k[None, :]
-            p_j = rj[:, None] * SQK + o_k[None, :]
-            b_qj = tl.load(q + p_j, mask=m_jk, other=0.0).to(tl.float32)
-            b_kj = tl.load(k + p_j, mask=m_jk, other=0.0).to(tl.float32)
-            b_gj = tl.load(g + rj[:, None] * SG + o_k[None, :], mask=m_jk, other=0.0)
-            b_bj = tl.load(beta + rj * HV, mask=m_j, other=0.0).to(tl.float32)
-            b_f = tl.where(m_jk, tl.exp2(b_gj - b_gl[None, :]), 0.0)
-            if TRANSPOSED_LOADS:
-                p_t = (i_i * BC + o_i)[:, None] + rj[None, :] * SA  # [I's columns, later rows]
-                b_tq = tl.load(dAqk + p_t, mask=m_j[None, :], other=0.0)
-                b_tk = tl.load(dAkk + p_t, mask=m_j[None, :], other=0.0)
-            else:
-                p_a = rj[:, None] * SA + (i_i * BC + o_i)[None, :]  # [later rows, I's columns]
-                b_tq = tl.trans(tl.load(dAqk + p_a, mask=m_j[:, None], other=0.0))
-                b_tk = tl.trans(tl.load(dAkk + p_a, mask=m_j[:, None], other=0.0))
-            b_dkt = tl.dot(b_tq, b_qj * b_f, b_dkt)
-            b_dkt = tl.dot(b_tk, b_kj * b_bj[:, None] * b_f, b_dkt)
+    b_g = tl.load(g + rows[:, None] * SG + o_k[None, :], mask=m_rk, other=0.0)
+    b_q = tl.load(q + rows[:, None] * SQK + o_k[None, :], mask=m_rk, other=0.0).to(tl.float32)
+    b_k = tl.load(k + rows[:, None] * SQK + o_k[None, :], mask=m_rk, other=0.0).to(tl.float32)
+    b_b = tl.load(beta + rows * HV, mask=m_r, other=0.0).to(tl.float32)
 
     # I's rows against the earlier sub-chunks, anchored at I's first row
     b_pq = tl.zeros([BC, BK], dtype=tl.float32)
     b_pk = tl.zeros([BC, BK], dtype=tl.float32)
     if i_i > 0:
+        b_ga = tl.load(g + i_ti * SG + o_k, mask=m_k, other=0.0)
         for i_j in range(0, i_i):
             cols = i_t * BT + i_j * BC + o_i
             p_j = cols[:, None] * SQK + o_k[None, :]
@@ -153,19 +121,30 @@ def kda_bwd_intra_kernel(
             b_ak = tl.load(dAkk + p_a, mask=m_r[:, None], other=0.0)
             b_pq = tl.dot(b_aq, b_kg, b_pq)
             b_pk = tl.dot(b_ak, b_kg, b_pk)
-
-    b_g = tl.load(g + rows[:, None] * SG + o_k[None, :], mask=m_rk, other=0.0)
-    b_q = tl.load(q + rows[:, None] * SQK + o_k[None, :], mask=m_rk, other=0.0).to(tl.float32)
-    b_k = tl.load(k + rows[:, None] * SQK + o_k[None, :], mask=m_rk, other=0.0).to(tl.float32)
-    b_b = tl.load(beta + rows * HV, mask=m_r, other=0.0).to(tl.float32)
-
-    # the loops' anchor factors, both <= 1 (g is non-increasing within the chunk)
-    if i_i < n_sub - 1:
-        b_dkt *= tl.where(m_rk, tl.exp2(b_gl[None, :] - b_g), 0.0)
-    if i_i > 0:
         b_e = tl.where(m_rk, tl.exp2(b_g - b_ga[None, :]), 0.0)
         b_pq *= b_e
         b_pk *= b_e
+
+    # I's keys against the later sub-chunks, anchored at I's last row
+    b_dkt = tl.zeros([BC, BK], dtype=tl.float32)
+    if i_i < n_sub - 1:  # then I is whole: its last row is i_ti + BC - 1
+        b_gl = tl.load(g + (i_ti + BC - 1) * SG + o_k, mask=m_k, other=0.0)
+        for i_j in range(i_i + 1, n_sub):
+            rj = i_t * BT + i_j * BC + o_i
+            m_j = rj < L
+            m_jk = m_j[:, None] & m_k[None, :]
+            p_j = rj[:, None] * SQK + o_k[None, :]
+            b_qj = tl.load(q + p_j, mask=m_jk, other=0.0).to(tl.float32)
+            b_kj = tl.load(k + p_j, mask=m_jk, other=0.0).to(tl.float32)
+            b_gj = tl.load(g + rj[:, None] * SG + o_k[None, :], mask=m_jk, other=0.0)
+            b_bj = tl.load(beta + rj * HV, mask=m_j, other=0.0).to(tl.float32)
+            b_f = tl.where(m_jk, tl.exp2(b_gj - b_gl[None, :]), 0.0)
+            p_a = rj[:, None] * SA + (i_i * BC + o_i)[None, :]  # [later rows, I's columns]
+            b_aq = tl.load(dAqk + p_a, mask=m_j[:, None], other=0.0)
+            b_ak = tl.load(dAkk + p_a, mask=m_j[:, None], other=0.0)
+            b_dkt = tl.dot(tl.trans(b_aq), b_qj * b_f, b_dkt)
+            b_dkt = tl.dot(tl.trans(b_ak), b_kj * b_bj[:, None] * b_f, b_dkt)
+        b_dkt *= tl.where(m_rk, tl.exp2(b_gl[None, :] - b_g), 0.0)
 
     # the diagonal tile
     m_d = (o_i[:, None] >= o_i[None, :]) & m_r[:, None] & m_r[None, :]
@@ -181,10 +160,10 @@ def kda_bwd_intra_kernel(
         b_ef = tl.where(m_rk, tl.exp2(b_g - b_m[None, :]), 0.0)  # row factors
         b_eb = tl.where(m_rk, tl.exp2(b_m[None, :] - b_g), 0.0)  # column factors
         b_kc = b_k * b_eb
-        b_pq += b_ef * tl.dot(b_aq, b_kc, input_precision=DIAG_PRECISION)
-        b_pk += b_ef * tl.dot(b_ak, b_kc, input_precision=DIAG_PRECISION)
-        b_t = tl.dot(tl.trans(b_aq), b_q * b_ef, input_precision=DIAG_PRECISION)
-        b_t = tl.dot(tl.trans(b_ak), b_kb * b_ef, b_t, input_precision=DIAG_PRECISION)
+        b_pq += b_ef * tl.dot(b_aq, b_kc, input_precision="tf32x3")
+        b_pk += b_ef * tl.dot(b_ak, b_kc, input_precision="tf32x3")
+        b_t = tl.dot(tl.trans(b_aq), b_q * b_ef, input_precision="tf32x3")
+        b_t = tl.dot(tl.trans(b_ak), b_kb * b_ef, b_t, input_precision="tf32x3")
         b_dkt += b_eb * b_t
     else:
         n_d = tl.minimum(BC, L - i_ti)
@@ -239,8 +218,7 @@ def kda_bwd_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens=None, ch
     kda_bwd_intra_kernel[grid](
         q, k, g, beta, dAqk, dAkk, dq, dk, dg, dq2, dk2, dg2, db2, cu_seqlens, chunk_indices,
         T, B * T, H=H, HV=HV, K=Kd, BT=BT, BC=BC, BK=BK, NC=NC, NK=NK,
-        IS_VARLEN=cu_seqlens is not None, DIAG_RANGE=DIAG_RANGE, DIAG_PRECISION=DIAG_PRECISION,
-        TRANSPOSED_LOADS=TRANSPOSED_LOADS, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
-        **({"maxnreg": MAXNREG} if MAXNREG else {}),
+        IS_VARLEN=cu_seqlens is not None, DIAG_RANGE=DIAG_RANGE, num_warps=NUM_WARPS,
+        num_stages=NUM_STAGES,
     )  # fmt: skip
     return dq2, dk2, db2.sum(0).add_(db), dg2

@@ -1,15 +1,11 @@
 """kda/003 intra-anchored-diag: fla's chunk_kda chain with two backward stages replaced.
 
 The forward is fla 0.6.0's ChunkKDAFunction.forward (called with a stand-in ctx that keeps
-what it saves). The backward runs fla's stages in fla's order with three changes:
+what it saves). The backward runs fla's stages in fla's order with two changes:
 
 - the fused WY/dq/dk/dg kernel (``chunk_kda_bwd_kernel_wy_dqkg_fused``) launched with one
   fixed Hopper configuration (``KDA_WY_*``: BK 128, BV 64, 8 warps, 2 stages by default) as
   in kda/002, instead of fla's autotuned pick; no autotuning;
-- the state-gradient kernel (``chunk_gated_delta_rule_bwd_kernel_dhu_blockdim64``) launched
-  at one fixed configuration (``KDA_DHU_*``: BV 64, 8 warps, 3 stages; ``KDA_DHU_BV=0``
-  keeps fla's autotuned launch), the fastest of fla's list widened to 8 warps in
-  ``docs/results/kda-fla-configs-h200-20261130.json``;
 - the intra-chunk stage is ``intra.kda_bwd_intra``: fla's grid and off-diagonal products,
   with each diagonal 16 x 16 tile done as two midpoint-anchored tensor-core products when the
   tile's gate range allows it (checked per tile at run time) and an exact serial loop
@@ -38,10 +34,6 @@ WY_BK = int(os.environ.get("KDA_WY_BK", "128"))
 WY_BV = int(os.environ.get("KDA_WY_BV", "64"))
 WY_WARPS = int(os.environ.get("KDA_WY_WARPS", "8"))
 WY_STAGES = int(os.environ.get("KDA_WY_STAGES", "2"))
-# the state-gradient kernel's launch; KDA_DHU_BV=0 keeps fla's autotuned launch
-DHU_BV = int(os.environ.get("KDA_DHU_BV", "64"))
-DHU_WARPS = int(os.environ.get("KDA_DHU_WARPS", "8"))
-DHU_STAGES = int(os.environ.get("KDA_DHU_STAGES", "3"))
 
 
 class _Saved(SimpleNamespace):
@@ -96,45 +88,14 @@ def _wy_dqkg(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, cu, chunk_indices
     return dq, dk, dv2, db, dg, dA
 
 
-def _dhu(qg, kg, w, gc, h0, dht, do, dv, scale, cu, chunk_indices, svf):
-    """fla's state-gradient kernel (``chunk_gated_delta_rule_bwd_kernel_dhu_blockdim64``) at
-    this idea's launch: (dh [B, NT, HV, V, K] (state_v_first) or [B, NT, HV, K, V] in qg's
-    dtype, dh0 fp32 h0's shape or None, dv2 dv's shape), what fla's
-    ``chunk_gated_delta_rule_bwd_dhu`` returns."""
-    from fla.ops.common.chunk_delta_h import (
-        chunk_gated_delta_rule_bwd_dhu,
-        chunk_gated_delta_rule_bwd_kernel_dhu_blockdim64,
-    )
-    from fla.ops.utils import prepare_chunk_offsets
-
-    if DHU_BV == 0:
-        return chunk_gated_delta_rule_bwd_dhu(
-            q=qg, k=kg, w=w, gk=gc, h0=h0, dht=dht, do=do, dv=dv, scale=scale, cu_seqlens=cu,
-            chunk_size=CHUNK, chunk_indices=chunk_indices, state_v_first=svf,
-        )  # fmt: skip
-    B, T, H, K = qg.shape
-    HV, V = do.shape[2], do.shape[3]
-    if cu is None:
-        N, NT, offsets = B, triton.cdiv(T, CHUNK), None
-    else:
-        N, NT, offsets = len(cu) - 1, len(chunk_indices), prepare_chunk_offsets(cu, CHUNK)
-    dh = qg.new_empty(B, NT, HV, V, K) if svf else qg.new_empty(B, NT, HV, K, V)
-    dh0 = torch.empty_like(h0, dtype=torch.float32) if h0 is not None else None
-    dv2 = torch.empty_like(dv)
-    _jit(chunk_gated_delta_rule_bwd_kernel_dhu_blockdim64)[(triton.cdiv(V, DHU_BV) * N * HV,)](
-        qg, kg, w, None, gc, dht, dh0, do, dh, dv, dv2, cu, offsets, scale, T, H=H, HV=HV, K=K,
-        V=V, BT=CHUNK, BV=DHU_BV, USE_G=False, USE_GK=True, USE_INITIAL_STATE=h0 is not None,
-        USE_FINAL_STATE_GRADIENT=dht is not None, STATE_V_FIRST=svf, IS_VARLEN=cu is not None,
-        num_warps=DHU_WARPS, num_stages=DHU_STAGES,
-    )  # fmt: skip
-    return dh, dh0, dv2
-
-
 def kda_bwd(ctx, do, dht):
     """(dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0) for the output gradients do [B, T, HV, V]
     and dht (the final state's gradient, or None)."""
     from fla.modules.norm.l2norm import l2norm_bwd
-    from fla.ops.common.chunk_delta_h import chunk_gated_delta_rule_fwd_h
+    from fla.ops.common.chunk_delta_h import (
+        chunk_gated_delta_rule_bwd_dhu,
+        chunk_gated_delta_rule_fwd_h,
+    )
     from fla.ops.common.gate import fused_beta_sigmoid_bwd
     from fla.ops.kda.chunk_bwd import chunk_kda_bwd_dAv
     from fla.ops.kda.gate import kda_gate_bwd, kda_gate_chunk_cumsum
@@ -161,7 +122,10 @@ def kda_bwd(ctx, do, dht):
             q=q, k=k, v=v_new, do=do, A=Aqk, scale=scale, cu_seqlens=cu, chunk_size=CHUNK,
             chunk_indices=chunk_indices,
         )  # fmt: skip
-        dh, dh0, dv = _dhu(qg, kg, w, gc, h0, dht, do, dv, scale, cu, chunk_indices, svf)
+        dh, dh0, dv = chunk_gated_delta_rule_bwd_dhu(
+            q=qg, k=kg, w=w, gk=gc, h0=h0, dht=dht, do=do, dv=dv, scale=scale, cu_seqlens=cu,
+            chunk_size=CHUNK, chunk_indices=chunk_indices, state_v_first=svf,
+        )  # fmt: skip
         dq, dk, dv, db, dg, dAkk = _wy_dqkg(
             q, k, v, v_new, gc, beta, Akk, h, do, dh, dv, scale, cu, chunk_indices
         )
