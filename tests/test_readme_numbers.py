@@ -64,7 +64,12 @@ def test_readme_research_numbers_are_the_committed_records() -> None:
     readme = (ROOT / "README.md").read_text()
     kda = "ladder/kernels/kda/ideas/001-intra-diag-parallel/records/"
     kda2 = "ladder/kernels/kda/ideas/002-bwd-wide-ctas/records/"
+    kda3 = "ladder/kernels/kda/ideas/003-intra-anchored-diag/records/"
     rows = [
+        (kda3 + "20261201T002748Z-5a2e2452.json", "prod", "| 003 at prod B16 T8192 H16 K128 V256 |", 3, 2),
+        (kda3 + "20261201T002829Z-5a2e2452.json", "deep-gate", "| 003 at deep-gate B4 T4000", 3, 3),
+        (kda3 + "20261201T002829Z-5a2e2452.json", "neg-eigval", "| 003 at neg-eigval B4 T4000", 3, 3),
+        (kda3 + "20261201T002829Z-5a2e2452.json", "t2048", "| 003 at t2048 B16 T2048 |", 3, 3),
         (kda + "20261130T174535Z-f56964fc.json", "prod", "| 001 at prod B16 T8192 H16 K128 V256 |", 3, 2),
         (kda + "20261130T174611Z-f56964fc.json", "deep-gate", "| 001 at deep-gate B4 T4000", 3, 3),
         (kda2 + "20261130T190316Z-67918ee4.json", "prod", "| 002 at prod B16 T8192 H16 K128 V256 |", 3, 2),
@@ -93,5 +98,18 @@ def test_readme_research_numbers_are_the_committed_records() -> None:
         cells = (
             f" {f['candidate_ms']['median']:.3f} ({f['baseline_ms']['median']:.3f}) | {f['ratio']:.2f}x"
             f" | {b['candidate_ms']['median']:.3f} ({b['baseline_ms']['median']:.3f}) | {b['ratio']:.2f}x |"
+        )  # fmt: skip
+        assert label + cells in readme, label + cells
+    cc_ideas = "ladder/kernels/cconv/ideas/"
+    for path, label in (
+        ("004-exact-sigmoid/records/20261201T001833Z-f1b512bd.json", "| B16 T8192 D2048 W4 (prod), 004 |"),
+        ("003-strip-merge/records/20261130T222124Z-48feb3e7.json", "| B16 T8192 D2048 W4 (prod), 003 |"),
+    ):  # fmt: skip
+        e = _shape(cc_ideas + path, "prod")
+        f, b = e["fwd"], e["bwd"]
+        cells = (
+            f" {f['candidate_ms']['median']:.3f} ({f['baseline_ms']['median']:.3f}) | {f['ratio']:.2f}x"
+            f" | {b['candidate_ms']['median']:.3f} ({b['baseline_ms']['median']:.3f}) | {b['ratio']:.2f}x"
+            f" | {e['fwdbwd']['ratio']:.2f}x |"
         )  # fmt: skip
         assert label + cells in readme, label + cells

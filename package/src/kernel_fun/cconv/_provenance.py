@@ -3,11 +3,11 @@
 """Where kernel_fun.cconv._kernels came from. Literals only: tools/drift.py reads them
 with ast.literal_eval and never imports this module."""
 
-SOURCE_COMMIT = "a14eff51f7aac82f9a9c770775047306c9f023f0"
+SOURCE_COMMIT = "c0d3e22dbf983ffd6bcfa2076344d76efb409c4f"
 RECORD = {
-    "idea": "003-strip-merge",
-    "record_id": "20261130T222124Z-48feb3e7",
-    "sha256": "1f7679bf6908d6039b4f0c4043d04376dece56d4c6f658beaa286841ee3ac969",
+    "idea": "004-exact-sigmoid",
+    "record_id": "20261201T001833Z-f1b512bd",
+    "sha256": "6f0f36c6fe3a5adc0f7388943d51d7a660ba4bae73af23a77bf520e44e858848",
 }
 KNOBS = {
     "CCONV_AUTOTUNE": True,
@@ -21,12 +21,12 @@ KNOBS = {
 }
 SOURCE_FILES = {
     "ladder/kernels/cconv/ideas/002-strip-box/kernel.py": "6efc2eed489309c705321636ce469f4fa7cbac3cdac70d5e54ebf9b13ac67432",
-    "ladder/kernels/cconv/ideas/003-strip-merge/kernel.py": "a74e4df32b7a89d79b474c5886baf8a965d365328176b4774eaec4fdd3638831",
+    "ladder/kernels/cconv/ideas/004-exact-sigmoid/kernel.py": "fba8aa543ee368e44d043c064ad99495e71260a07486d2c08c32d1b4972e85e9",
 }
 OUTPUT_FILES = {
-    "package/src/kernel_fun/cconv/_kernels/__init__.py": "5ceae99df5bc0f97170b056d9e02c66d81ff6a7d39f6a3464d2bf649d373990b",
-    "package/src/kernel_fun/cconv/_kernels/strip2.py": "b5907118fa84238324e94b73fd05d4917b4d5914614c1f4dab6fa8051331c05b",
-    "package/src/kernel_fun/cconv/_kernels/strip3.py": "1eee32b4667e6a2f5a8d735a116733d76622fad9bd4d6deea46a735eb7a9c4ae",
+    "package/src/kernel_fun/cconv/_kernels/__init__.py": "717b4149010fe07d2655d332cce298b9151cccb93df73bfdd9d9723917fb68a1",
+    "package/src/kernel_fun/cconv/_kernels/strip2.py": "fe6dd754e3a5f9dffd48e0bd9749df7083869b20ba9f92451d73a10389ff4d89",
+    "package/src/kernel_fun/cconv/_kernels/strip4.py": "d26a61bcd32091235086b8554e89380ea73d29006166e179c94e71e785983c56",
 }
 VENDOR = {
     "libcst": "1.9.0",

@@ -3,29 +3,29 @@
 """Where kernel_fun.kda._kernels came from. Literals only: tools/drift.py reads them
 with ast.literal_eval and never imports this module."""
 
-SOURCE_COMMIT = "2e1d1d79eddab881e72f20e1ed8e4b0da4f787b4"
+SOURCE_COMMIT = "1d184b29c9b1c61bc029f96d7c03f943388b5e8a"
 RECORD = {
-    "idea": "002-bwd-wide-ctas",
-    "record_id": "20261130T190316Z-67918ee4",
-    "sha256": "db02228749a90a2f8c1f774a698056f09628ea8f8801340ef76397853c93b313",
+    "idea": "003-intra-anchored-diag",
+    "record_id": "20261201T002748Z-5a2e2452",
+    "sha256": "9a12e32f806befd3a30aa663b61ea6e33d2546b29ed6b7bedd47c1459b158774",
 }
 KNOBS = {
-    "KDA_INTRA": "fla",
     "KDA_INTRA_BK": 32,
-    "KDA_INTRA_STAGES": 1,
-    "KDA_INTRA_WARPS": 4,
+    "KDA_INTRA_STAGES": 2,
+    "KDA_INTRA_WARPS": 2,
     "KDA_WY_BK": 128,
     "KDA_WY_BV": 64,
     "KDA_WY_STAGES": 2,
     "KDA_WY_WARPS": 8,
 }
 SOURCE_FILES = {
-    "ladder/kernels/kda/ideas/002-bwd-wide-ctas/intra.py": "6c7d3d25705c294829c51f3ca7f2729befe90267e764300d08ed32a308b8e682",
-    "ladder/kernels/kda/ideas/002-bwd-wide-ctas/kernel.py": "bdf526e5a9ce71b4a1b87604707982dbf3a0317de7dd9d1cd6e249ac371cc30c",
+    "ladder/kernels/kda/ideas/003-intra-anchored-diag/intra.py": "144a304f4efd864a59fd8a2eae33104a9199c53b248c104ae9fc793b9ef6f99a",
+    "ladder/kernels/kda/ideas/003-intra-anchored-diag/kernel.py": "566d75f40d64604cb2db6a2a757d00f796bee16e8d56fccb9524ed33eb6653d5",
 }
 OUTPUT_FILES = {
-    "package/src/kernel_fun/kda/_kernels/__init__.py": "9a72da23dbedc1b3e88585a1716466dab0aebe786f9beda6fa06b8589faa524b",
-    "package/src/kernel_fun/kda/_kernels/chain.py": "3a128e7eda79b8eec93d880c4b1b9aad6a7127770687bd18aa999dd45be33ac1",
+    "package/src/kernel_fun/kda/_kernels/__init__.py": "ff2b125bbd5e3b35d825333411a6cbf988ca2c7eb8a3d56b33e684619d05b775",
+    "package/src/kernel_fun/kda/_kernels/chain3.py": "ccf6e788d3f65693a5a101b814b84fe162a3828cc2b9e18e8158b78b6ed8b243",
+    "package/src/kernel_fun/kda/_kernels/intra3.py": "58a190339248fd29045c43cf6da990eeb012db9f8e27a8ca493feca0a098d2fe",
 }
 VENDOR = {
     "libcst": "1.9.0",

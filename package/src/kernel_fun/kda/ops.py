@@ -18,9 +18,10 @@ Autotuning and warmup. The promoted chain runs fla's own Triton stages (the forw
 `_common.compat.FLA_SYMBOLS`), so what makes a call autotune is fla's autotune keys. Read
 from fla 0.6.0 (`key=[...]` of every autotuned kernel those stages launch):
 
-  * no kernel keys on T itself. chunk_delta_h (fwd_h, bwd_dhu), kda/chunk_intra,
-    kda/chunk_intra_token_parallel, kda/wy_fast, kda/chunk_bwd (dAv; the chain launches
-    wy_dqkg_fused at one fixed configuration, untuned),
+  * no kernel keys on T itself. chunk_delta_h (fwd_h, bwd_dhu), kda/chunk_intra (the
+    forward's), kda/chunk_intra_token_parallel, kda/wy_fast, kda/chunk_bwd (dAv; the chain
+    launches wy_dqkg_fused at one fixed configuration, untuned, and its own intra-chunk
+    backward kernel, untuned),
     kda/gate (kda_gate_fwd/bwd, kda_gate_chunk_cumsum) and gla/chunk (chunk_gla_fwd_o_gk)
     key on head counts, head sizes, block sizes, STATE_V_FIRST and IS_VARLEN only;
   * utils/cumsum's chunk_local_cumsum keys on B (the batch size) and IS_VARLEN, so every
@@ -116,14 +117,19 @@ _kernels_mod: Any = False  # False: not looked up yet; None: this build has none
 
 
 def _kernels():
-    """The promoted chain (`_kernels.chain`), imported on first use (it pulls in triton).
-    None when this build has no vendored kda kernels. Looked up once."""
+    """The promoted chain: the vendored `_kernels` package, whose `__init__` exports the
+    family's entry points `kda_fwd` and `kda_bwd` (from whichever module the vendor wrote),
+    imported on first use (it pulls in triton). None when this build has no vendored kda
+    kernels. Looked up once."""
     global _kernels_mod
     if _kernels_mod is False:
+        import importlib
+
+        name = f"{__package__}._kernels"
         try:
-            from ._kernels import chain
+            chain = importlib.import_module(name)
         except ModuleNotFoundError as exc:
-            if exc.name not in (f"{__package__}._kernels", f"{__package__}._kernels.chain"):
+            if exc.name != name:
                 raise
             chain = None
         _kernels_mod = chain
