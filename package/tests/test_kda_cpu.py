@@ -91,17 +91,23 @@ class _StandInChain(types.ModuleType):
             leaves = [None if t is None else t.detach().float().requires_grad_() for t in inputs]
             o, ht = naive_kda(*leaves[:7], scale, leaves[7], cu_seqlens, lower_bound,
                               allow_neg_eigval)  # fmt: skip
-        ctx = types.SimpleNamespace(inputs=inputs, leaves=leaves, o=o, ht=ht)
+        # as fla's forward does on the chain's stand-in ctx: the tensors the backward needs,
+        # saved with save_for_backward (the package hands them to autograd)
+        ctx = types.SimpleNamespace(inputs=inputs, leaves=leaves, o=o, ht=ht,
+                                    saved_tensors=inputs)  # fmt: skip
         return o.detach().to(q.dtype), ht.detach() if output_final_state else None, ctx
 
     def kda_bwd(self, ctx, do, dht):
         self.calls.append(("bwd", {}))
+        assert ctx.saved_tensors is not None, "the saved tensors were not handed back"
+        assert all(a is None if b is None else a.data_ptr() == b.data_ptr()
+                   for a, b in zip(ctx.saved_tensors, ctx.inputs, strict=True))  # fmt: skip
         outs, grads = [ctx.o], [do.float()]
         if dht is not None:
             outs.append(ctx.ht)
             grads.append(dht)
         wrt = [x for x in ctx.leaves if x is not None]
-        got = iter(torch.autograd.grad(outs, wrt, grads, allow_unused=True))
+        got = iter(torch.autograd.grad(outs, wrt, grads, allow_unused=True, retain_graph=True))
         res = []
         for t, leaf in zip(ctx.inputs, ctx.leaves, strict=True):
             d = None if leaf is None else next(got)
@@ -171,6 +177,37 @@ def test_the_vendored_chain_is_found_and_has_the_entry_points(monkeypatch):
            "output_final_state", "cu_seqlens", "lower_bound", "safe_gate", "allow_neg_eigval")  # fmt: skip
     assert tuple(inspect.signature(chain.kda_fwd).parameters) == fam
     assert tuple(inspect.signature(chain.kda_bwd).parameters) == ("ctx", "do", "dht")
+
+
+def test_a_vendored_chain_that_fails_to_import_sends_calls_to_fla_with_the_error(
+    monkeypatch, fla_rec, caplog
+):
+    """A broken install (the vendored package exists, an import inside it fails): looked up
+    once, logged once, and every call goes to fla with the import error as the reason."""
+    import importlib
+
+    real = importlib.import_module
+    attempts = []
+
+    def broken(name, *a, **kw):
+        if name == "kernel_fun.kda._kernels":
+            attempts.append(name)
+            raise ImportError("cannot import name 'x' from 'kernel_fun.kda._kernels.chain9'")
+        return real(name, *a, **kw)
+
+    monkeypatch.setattr(importlib, "import_module", broken)
+    monkeypatch.setattr(ops, "_kernels_mod", False)
+    monkeypatch.setattr(ops, "_kernels_error", None)
+    _as_if_on(monkeypatch, (9, 0))
+    tensors, kw = _inputs()
+    with caplog.at_level(logging.ERROR, logger="kernel_fun"):
+        for _ in range(2):
+            ok, reason = is_supported(*tensors, **kw)
+            assert not ok and "failed to import" in reason and "chain9" in reason, reason
+        chunk_kda(*tensors, **kw)
+    assert attempts == ["kernel_fun.kda._kernels"]  # looked up once
+    assert len(fla_rec.calls) == 1
+    assert sum("failed to import" in r.getMessage() for r in caplog.records) == 1
 
 
 def test_pending_cases_go_to_fla_with_the_reason(monkeypatch, chain, fla_rec):
@@ -572,6 +609,41 @@ def test_our_path_runs_the_chain_and_its_gradients(in_box, fla_rec, case):
         assert b.grad.abs().max() > 0, name
         err = (a.grad.float() - b.grad).norm() / b.grad.norm()
         assert err < 2e-2, (name, float(err))
+
+
+def test_saved_tensors_are_autograd_s_as_in_fla(in_box):
+    """What the chain's forward saves is under autograd's bookkeeping, as with fla's
+    Function: hooks see it, an input changed in place before backward raises, and a second
+    backward without retain_graph raises."""
+    tensors, kw = _inputs()
+    ts, kwl = _leaves(tensors, kw)
+    packed = []
+
+    def pack(t):
+        packed.append(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        o, _ = chunk_kda(*ts, **kwl)
+    assert any(t.data_ptr() == ts[2].data_ptr() for t in packed), "v not saved through autograd"
+    o.float().sum().backward()
+
+    ts, kwl = _leaves(tensors, kw)
+    o, _ = chunk_kda(*ts, **kwl)  # (no hooks: autograd checks versions only without them)
+    with torch.no_grad():
+        ts[2].add_(1.0)  # v changed in place after the forward saved it
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        o.float().sum().backward()
+
+    ts, kwl = _leaves(tensors, kw)
+    o, _ = chunk_kda(*ts, **kwl)
+    o.float().sum().backward(retain_graph=True)
+    o.float().sum().backward()  # retained: runs again
+    assert [c[0] for c in in_box.calls[-3:]] == ["fwd", "bwd", "bwd"]
+    o, _ = chunk_kda(*ts, **kwl)
+    o.float().sum().backward()
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        o.float().sum().backward()
 
 
 def test_unneeded_final_state_gradient_and_no_grad_calls(in_box):

@@ -113,15 +113,18 @@ _DEFAULT_ONLY = {
 }
 _KNOWN_KWARGS = ("A_log", "dt_bias", "chunk_size")
 
-_kernels_mod: Any = False  # False: not looked up yet; None: this build has none
+_kernels_mod: Any = False  # False: not looked up yet; None: this build has none or it broke
+_kernels_error: str | None = None  # why a vendored chain that exists failed to import
 
 
 def _kernels():
     """The promoted chain: the vendored `_kernels` package, whose `__init__` exports the
     family's entry points `kda_fwd` and `kda_bwd` (from whichever module the vendor wrote),
     imported on first use (it pulls in triton). None when this build has no vendored kda
-    kernels. Looked up once."""
-    global _kernels_mod
+    kernels, or when they fail to import (a broken install: the error is logged once and
+    kept in `_kernels_error`, and every call goes to fla with it as the reason). Looked up
+    once."""
+    global _kernels_mod, _kernels_error
     if _kernels_mod is False:
         import importlib
 
@@ -130,8 +133,14 @@ def _kernels():
             chain = importlib.import_module(name)
         except ModuleNotFoundError as exc:
             if exc.name != name:
-                raise
-            chain = None
+                chain, _kernels_error = None, f"{type(exc).__name__}: {exc}"
+            else:
+                chain = None
+        except ImportError as exc:
+            chain, _kernels_error = None, f"{type(exc).__name__}: {exc}"
+        if _kernels_error is not None:
+            support.log.error("kernel_fun.kda: the vendored chain failed to import (%s); every "
+                       "chunk_kda call goes to fla", _kernels_error)  # fmt: skip
         _kernels_mod = chain
     return _kernels_mod
 
@@ -263,7 +272,8 @@ def _classify(
     cu, cu_cpu = options["cu_seqlens"], options["cu_seqlens_cpu"]
     if cu is not None:
         if not isinstance(cu, torch.Tensor) or cu.dtype != torch.int64 or cu.dim() != 1:
-            return "cu_seqlens must be a 1-D int64 tensor"
+            return ("cu_seqlens must be a 1-D int64 tensor (int32, as the layer builds from an "
+                    "attention_mask, is not GPU-tested on the chain yet)")  # fmt: skip
         if B != 1 or cu.shape[0] < 2:
             return f"cu_seqlens needs B == 1 and at least one sequence (B={B})"
     if cu_cpu is not None:
@@ -289,6 +299,8 @@ def _classify(
     if reason is not None:
         return reason
     if _kernels() is None:
+        if _kernels_error is not None:
+            return f"this build's vendored kda chain failed to import ({_kernels_error})"
         return "this build has no vendored kda kernels (kernel_fun/kda/_kernels)"
     for case, present in (
         ("varlen", cu is not None),
@@ -347,6 +359,16 @@ class _ChunkKDA(torch.autograd.Function):
                 q, k, v, g, beta, A_log, dt_bias, scale, initial_state, output_final_state,
                 cu_seqlens, lower_bound, safe_gate, allow_neg_eigval,
             )  # fmt: skip
+        # The tensors the chain's forward saved (fla's ChunkKDAFunction saves them with
+        # save_for_backward on the stand-in ctx) go to autograd's own bookkeeping, as fla's
+        # Function does: an input changed in place before backward raises, a second backward
+        # without retain_graph raises, saved-tensor hooks (save_on_cpu, checkpointing) apply,
+        # and autograd frees them after backward.
+        saved = getattr(kctx, "saved_tensors", None)
+        ctx.chain_saved = saved is not None
+        if ctx.chain_saved:
+            ctx.save_for_backward(*saved)
+            kctx.saved_tensors = None
         ctx.kctx = kctx
         ctx.sig = sig
         ctx.device = q.device
@@ -356,10 +378,17 @@ class _ChunkKDA(torch.autograd.Function):
     @staticmethod
     def backward(ctx, do: torch.Tensor, dht: torch.Tensor | None):
         chain = _kernels()
-        with _on_device(ctx.device):
-            dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0 = chain.kda_bwd(
-                ctx.kctx, do.contiguous(), None if dht is None else dht.contiguous()
-            )
+        kctx = ctx.kctx
+        if ctx.chain_saved:
+            kctx.saved_tensors = ctx.saved_tensors  # raises where autograd says so
+        try:
+            with _on_device(ctx.device):
+                dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0 = chain.kda_bwd(
+                    kctx, do.contiguous(), None if dht is None else dht.contiguous()
+                )
+        finally:
+            if ctx.chain_saved:
+                kctx.saved_tensors = None
         support.mark_warm(ctx.sig, "bwd")
         return (dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0, *([None] * 7))
 
