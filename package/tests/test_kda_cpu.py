@@ -225,7 +225,14 @@ def test_pending_cases_go_to_fla_with_the_reason(monkeypatch, chain, fla_rec):
     states = ({"output_final_state": True}, {"initial_state": h0})
     for extra in states:  # passed its GPU tests: in the box
         assert is_supported(*packed, **{**kw, "cu_seqlens": cu, **extra})[0]
-    assert set(ops.PENDING_CASES) <= {"varlen", "varlen_state", "gva", "lower_bound"}
+    assert set(ops.PENDING_CASES) <= {"varlen", "varlen_state", "varlen_int32", "gva",
+                                      "lower_bound"}  # fmt: skip
+    # int32 offsets (what fla's layer builds from an attention_mask) wait for their GPU tests
+    ok, reason = is_supported(*packed, **{**kw, "cu_seqlens": cu.to(torch.int32)})
+    assert not ok and "int32 cu_seqlens" in reason and "GPU tests" in reason, reason
+    for bad in (cu.to(torch.int16), cu.float(), cu[None]):
+        ok, reason = is_supported(*packed, **{**kw, "cu_seqlens": bad})
+        assert not ok and reason == "cu_seqlens must be a 1-D int32 or int64 tensor", reason
     monkeypatch.setattr(ops, "PENDING_CASES", {"varlen_state": "packed sequences with a state"})
     for extra in states:
         ok, reason = is_supported(*packed, **{**kw, "cu_seqlens": cu, **extra})
@@ -564,13 +571,13 @@ def _leaves(tensors, kw, h0=None):
     return ts, kw
 
 
-@pytest.mark.parametrize("case", ["dense", "varlen-state", "lower-bound-neg"])
+@pytest.mark.parametrize("case", ["dense", "varlen-state", "varlen-state-int32", "lower-bound-neg"])
 def test_our_path_runs_the_chain_and_its_gradients(in_box, fla_rec, case):
     tensors, kw = _inputs()
     h0, cu, extra = None, None, {}
-    if case == "varlen-state":
+    if case.startswith("varlen-state"):
         tensors = tuple(t.reshape(1, 10, *t.shape[2:]) for t in tensors)
-        cu = torch.tensor([0, 1, 4, 10])
+        cu = torch.tensor([0, 1, 4, 10], dtype=torch.int32 if case.endswith("int32") else None)
         h0 = torch.randn(3, 4, 4, 8)
         extra = dict(cu_seqlens=cu, output_final_state=True)
     elif case == "lower-bound-neg":
@@ -580,7 +587,7 @@ def test_our_path_runs_the_chain_and_its_gradients(in_box, fla_rec, case):
     assert fla_rec.calls == [] and [c[0] for c in in_box.calls] == ["fwd"]
     assert in_box.calls[0][1]["scale"] == pytest.approx(8**-0.5)
     assert o.dtype == torch.bfloat16 and o.shape == tensors[2].shape
-    assert (ht is None) == (case != "varlen-state")
+    assert (ht is None) == (not case.startswith("varlen-state"))
 
     # the same recurrence, evaluated directly with autograd on float32 copies
     rs, kwr = _leaves([t.float() for t in tensors], kw, h0)

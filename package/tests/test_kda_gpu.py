@@ -119,11 +119,17 @@ RATIO_MIN_ELEMENTS = 16
 SEEDS = 8
 
 
-def _errors(shape: family.Shape, seed: int) -> dict[str, tuple[float, float, int]]:
+def _errors(
+    shape: family.Shape, seed: int, cu_dtype: torch.dtype | None = None
+) -> dict[str, tuple[float, float, int]]:
     """{output: (our error, fla's error, elements on the oracle's heads)} against the float64
     oracle, after checking that ours is finite, within the family's tolerance and meets
-    the contract."""
+    the contract. cu_dtype: the packed shapes' cu_seqlens in that dtype (the family's is
+    int64)."""
     inputs = family.make_inputs(shape, "cuda", seed)
+    if cu_dtype is not None:
+        assert inputs[8] is not None, f"{shape.name} is not a packed shape"
+        inputs = (*inputs[:8], inputs[8].to(cu_dtype), *inputs[9:])
     ok, reason = is_supported(*inputs[:5], **_call_kwargs(inputs))
     assert ok, reason
     ref = family.reference(*inputs)
@@ -140,8 +146,10 @@ def _errors(shape: family.Shape, seed: int) -> dict[str, tuple[float, float, int
     return errs
 
 
-def _check_against_oracle(shape: family.Shape, seed: int = 0) -> dict[str, tuple]:
-    errs = _errors(shape, seed)
+def _check_against_oracle(
+    shape: family.Shape, seed: int = 0, cu_dtype: torch.dtype | None = None
+) -> dict[str, tuple]:
+    errs = _errors(shape, seed, cu_dtype)
     for name, (e_ours, e_fla, n) in errs.items():
         if n >= RATIO_MIN_ELEMENTS:
             assert e_ours <= family.ERR_RATIO_MAX * e_fla + SLACK, (shape.name, name, errs[name])
@@ -172,6 +180,16 @@ SHAPES = [
 @pytest.mark.usefixtures("vendored")
 def test_against_the_float64_oracle_and_fla(shape):
     _check_against_oracle(shape)
+
+
+@pytest.mark.parametrize("name", ["varlen-ones", "varlen-state"])
+@pytest.mark.usefixtures("vendored")
+def test_int32_cu_seqlens_against_the_float64_oracle_and_fla(name):
+    """fla's KimiDeltaAttention builds int32 cu_seqlens from an attention_mask: the packed
+    shapes again with int32 offsets (ops.PENDING_CASES["varlen_int32"] sends those calls to
+    fla until this passes on the GPU)."""
+    (shape,) = [s for s in SHAPES if s.name == name]
+    _check_against_oracle(shape, cu_dtype=torch.int32)
 
 
 @pytest.mark.parametrize("name", ["state", "varlen-state", "deep-gate"])

@@ -63,8 +63,12 @@ LOWER_BOUND_RANGE = (-5.0, 0.0)  # fla's safe range for the lower-bound gate: [-
 # go to fla until those tests pass on the H200. Passed there (H200, fla 0.6.0): dense calls,
 # initial/final state, T not a multiple of 64, beta in (0, 2), GVA, the lower-bound gate,
 # and packed sequences with and without a state (length-1 sequences included), so none is
-# pending. Known case names: "varlen", "varlen_state", "gva", "lower_bound".
-PENDING_CASES: dict[str, str] = {}
+# pending but int32 cu_seqlens. Known case names: "varlen", "varlen_state", "varlen_int32",
+# "gva", "lower_bound".
+PENDING_CASES: dict[str, str] = {
+    "varlen_int32": "int32 cu_seqlens (what fla's KimiDeltaAttention builds from an attention_mask)",
+}
+CU_DTYPES = (torch.int32, torch.int64)
 L2NORM_ROWS_PER_BUCKET = 65536  # fla 0.6.0's l2norm: NB = cdiv(rows, 2048 * 32)
 
 # Every parameter of fla 0.6.0's chunk_kda, and what this package does with it.
@@ -89,7 +93,7 @@ FLA_PARAMETERS: dict[str, str] = {
     "disable_recompute": "default-only (False)",
     "return_intermediate_states": "default-only (False)",
     "state_v_first": "layer flag (True)",
-    "cu_seqlens": "ours: None or [N + 1] int64 on q's device with B == 1",
+    "cu_seqlens": "ours: None or [N + 1] int64 (int32: pending its GPU tests) on q's device, B == 1",
     "cu_seqlens_cpu": "default-only: None (fla would chunk by it, the chain by cu_seqlens)",
     "cp_context": "default-only (None)",
     "use_graph": "default-only (False)",
@@ -163,7 +167,7 @@ def _warm_sig(q: torch.Tensor, v: torch.Tensor, options: dict[str, Any]) -> tupl
         tuple(q.shape),
         tuple(v.shape),
         q.dtype,
-        None if cu is None else int(cu.shape[0]),
+        None if cu is None else (int(cu.shape[0]), cu.dtype),
         options["initial_state"] is not None,
         bool(options["output_final_state"]),
         bool(options["safe_gate"]),
@@ -271,9 +275,8 @@ def _classify(
     h0 = options["initial_state"]
     cu, cu_cpu = options["cu_seqlens"], options["cu_seqlens_cpu"]
     if cu is not None:
-        if not isinstance(cu, torch.Tensor) or cu.dtype != torch.int64 or cu.dim() != 1:
-            return ("cu_seqlens must be a 1-D int64 tensor (int32, as the layer builds from an "
-                    "attention_mask, is not GPU-tested on the chain yet)")  # fmt: skip
+        if not isinstance(cu, torch.Tensor) or cu.dtype not in CU_DTYPES or cu.dim() != 1:
+            return "cu_seqlens must be a 1-D int32 or int64 tensor"
         if B != 1 or cu.shape[0] < 2:
             return f"cu_seqlens needs B == 1 and at least one sequence (B={B})"
     if cu_cpu is not None:
@@ -308,6 +311,7 @@ def _classify(
             "varlen_state",
             cu is not None and (h0 is not None or bool(options["output_final_state"])),
         ),
+        ("varlen_int32", cu is not None and cu.dtype == torch.int32),
         ("gva", HV > H),
         ("lower_bound", bool(options["safe_gate"])),
     ):
@@ -599,7 +603,7 @@ def warmup(
 
     H, HV (default H), K, V: the heads and head sizes; B: the batch size(s) calls will use;
     T_max: the longest T (or packed length) calls will use; varlen: also warm the packed
-    (cu_seqlens) layout; dtype, safe_gate / lower_bound, allow_neg_eigval, state
+    (int64 cu_seqlens) layout; dtype, safe_gate / lower_bound, allow_neg_eigval, state
     (initial_state in, final_state out): the call's flags. Runs the chain at `warm_lengths`
     (see the module docstring for why those lengths), forward and backward unless
     backward=False. Later calls with these settings at any T <= T_max autotune nothing.
