@@ -35,11 +35,6 @@ def test_small_calls_fill_the_gpu(B, T, D):
         assert ts == ts4
 
 
-@pytest.mark.parametrize("B, T, D", [(16, 8192, 2048), (4, 2048, 2048), (1, 4096, 768)])
-def test_tuned_calls_keep_004_s_segments(B, T, D):
-    assert k5._segment(B, T, D, small=False) == k4._segment(B, T, D)
-
-
 def test_the_b1_t4096_d768_forward_gets_eight_times_the_programs():
     """The call 001's record has at half fla's speed: 192 programs under 004's rule."""
     B, T, D = 1, 4096, 768
