@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 import triton
-
-import ladder  # noqa: F401  (the idea import finder)
 from ladder.kernels.cconv.ideas.i004 import kernel as k4
 from ladder.kernels.cconv.ideas.i005 import kernel as k5
+
+import ladder  # noqa: F401  (the idea import finder)
 
 BD = 4 * 32 * k5.FIXED_WARPS  # the fixed configuration's channel strip
 
