@@ -344,3 +344,33 @@ def test_capture_gate_under_a_real_cuda_graph():
         reasons["warm"] = support.capture_unsupported_reason(sig, needs_grad=False)
         x.add_(1)
     assert reasons["warm"] is None
+
+
+def test_import_vendored_tells_missing_from_broken(tmp_path, monkeypatch, caplog):
+    """A vendored module the build lacks is skipped for the next name; one that exists and
+    fails to import is reported (logged once) instead of being taken for missing."""
+    import logging
+    import sys
+
+    pkg = tmp_path / "vendtest_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "good.py").write_text("VALUE = 7\n")
+    (pkg / "broken.py").write_text("from vendtest_pkg.good import NOT_THERE\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("vendtest_pkg", "vendtest_pkg.good", "vendtest_pkg.broken"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+
+    mod, err = support.import_vendored("fam", ("vendtest_pkg.absent", "vendtest_pkg.good"))
+    assert err is None and mod.VALUE == 7
+    assert support.import_vendored("fam", ("vendtest_pkg.absent", "no_such_pkg.mod")) == (
+        None,
+        None,
+    )
+    with caplog.at_level(logging.ERROR, logger="kernel_fun"):
+        for _ in range(2):
+            mod, err = support.import_vendored("fam", ("vendtest_pkg.broken", "vendtest_pkg.good"))
+            assert mod is None and "NOT_THERE" in err and err.startswith("ImportError")
+    assert (
+        sum("vendtest_pkg.broken failed to import" in r.getMessage() for r in caplog.records) == 1
+    )

@@ -20,7 +20,7 @@ import logging
 import os
 import re
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -283,6 +283,32 @@ def triton_unsupported_reason(
             f"only on {tested} (KERNEL_FUN_ALLOW_ARCH=1 runs them anyway)"
         )
     return None
+
+
+def import_vendored(family: str, names: tuple[str, ...]) -> tuple[Any, str | None]:
+    """The first of `names` (a family's vendored kernel modules, newest first) that this
+    build has, imported: (module, None). (None, None) when the build has none of them.
+    (None, error) when one exists but fails to import (a broken install): the error is
+    logged once at ERROR, and the family sends its calls to fla with it as the reason.
+    Families call this once and keep the result."""
+    import importlib
+
+    for name in names:
+        try:
+            return importlib.import_module(name), None
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
+                continue  # this module (or a package above it) is not in the build
+            error = f"{type(exc).__name__}: {exc}"
+        except ImportError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        log_once(
+            f"kernel-fun {family}: the vendored kernels {name} failed to import ({error}); "
+            "calls go to fla",
+            logging.ERROR,
+        )
+        return None, error
+    return None, None
 
 
 def _reset_for_tests() -> None:

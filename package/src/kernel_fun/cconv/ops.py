@@ -71,7 +71,8 @@ FLA_UPDATE_PARAMETERS: dict[str, str] = {
 }
 
 _kernels_mod = None
-_box_mod: Any = False  # False: not looked up yet; None: not vendored
+_box_mod: Any = False  # False: not looked up yet; None: not vendored, or broken
+_box_error: str | None = None  # why a vendored box module failed to import
 
 
 def _kernels():
@@ -86,22 +87,20 @@ def _kernels():
 
 def _box():
     """The kernels of every case (004's strip4, else 003's strip3, else 002's strip2:
-    conv_fwd, conv_bwd, cconv_update, cconv_fwd, cconv_bwd), or None while none is vendored.
-    Looked up once."""
-    global _box_mod
+    conv_fwd, conv_bwd, cconv_update, cconv_fwd, cconv_bwd), or None while none is vendored
+    or when the vendored one fails to import (`_box_error` then says why;
+    support.import_vendored). Looked up once."""
+    global _box_mod, _box_error
     if _box_mod is False:
-        import importlib
-
-        _box_mod = None
-        for name in BOX_MODULES:
-            try:
-                _box_mod = importlib.import_module(name)
-            except ModuleNotFoundError as exc:
-                if exc.name != name:
-                    raise
-                continue
-            break
+        _box_mod, _box_error = support.import_vendored(FAMILY, BOX_MODULES)
     return _box_mod
+
+
+def _no_box_reason(what: str) -> str:
+    """Why `what` goes to fla in a build whose box kernels are absent or broken."""
+    if _box_error is not None:
+        return f"{what} needs the cconv box kernels, which failed to import ({_box_error})"
+    return f"{what} needs the cconv box kernels (ideas 002-004), which this build does not include"
 
 
 def _on(t: torch.Tensor):
@@ -233,7 +232,7 @@ def _classify(
         return f"initial_state must be a float [N={N}, D={D}, W={W}] tensor on {dev}"
     need = _needs_box(x, activation, options)
     if need is not None and _box() is None:
-        return f"{need} needs the cconv 002 or 003 kernels, which this build does not include"
+        return _no_box_reason(need)
     needs_grad = torch.is_grad_enabled() and any(
         isinstance(t, torch.Tensor) and t.requires_grad for t in (x, weight, bias, residual, h0)
     )
@@ -466,7 +465,7 @@ def _update_reason(x, cache, residual, weight, bias, activation) -> str | None:
     if residual is not None and not (_is_float_on(residual, dev) and residual.shape == x.shape):
         return f"residual must be a float tensor shaped like x on {dev}"
     if _box() is None:
-        return "the decode step needs the cconv 002 or 003 kernels, which this build lacks"
+        return _no_box_reason("the decode step")
     return None
 
 

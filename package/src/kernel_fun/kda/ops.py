@@ -125,27 +125,11 @@ def _kernels():
     """The promoted chain: the vendored `_kernels` package, whose `__init__` exports the
     family's entry points `kda_fwd` and `kda_bwd` (from whichever module the vendor wrote),
     imported on first use (it pulls in triton). None when this build has no vendored kda
-    kernels, or when they fail to import (a broken install: the error is logged once and
-    kept in `_kernels_error`, and every call goes to fla with it as the reason). Looked up
-    once."""
+    kernels, or when they fail to import (`_kernels_error` then says why, and every call
+    goes to fla with it as the reason; support.import_vendored). Looked up once."""
     global _kernels_mod, _kernels_error
     if _kernels_mod is False:
-        import importlib
-
-        name = f"{__package__}._kernels"
-        try:
-            chain = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                chain, _kernels_error = None, f"{type(exc).__name__}: {exc}"
-            else:
-                chain = None
-        except ImportError as exc:
-            chain, _kernels_error = None, f"{type(exc).__name__}: {exc}"
-        if _kernels_error is not None:
-            support.log.error("kernel_fun.kda: the vendored chain failed to import (%s); every "
-                       "chunk_kda call goes to fla", _kernels_error)  # fmt: skip
-        _kernels_mod = chain
+        _kernels_mod, _kernels_error = support.import_vendored(FAMILY, (f"{__package__}._kernels",))
     return _kernels_mod
 
 
