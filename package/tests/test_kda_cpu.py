@@ -227,9 +227,13 @@ def test_pending_cases_go_to_fla_with_the_reason(monkeypatch, chain, fla_rec):
         assert is_supported(*packed, **{**kw, "cu_seqlens": cu, **extra})[0]
     assert set(ops.PENDING_CASES) <= {"varlen", "varlen_state", "varlen_int32", "gva",
                                       "lower_bound"}  # fmt: skip
-    # int32 offsets (what fla's layer builds from an attention_mask) wait for their GPU tests
+    # int32 offsets (what fla's layer builds from an attention_mask): passed their GPU tests
+    for extra in ({}, *states):
+        assert is_supported(*packed, **{**kw, "cu_seqlens": cu.to(torch.int32), **extra})[0]
+    monkeypatch.setattr(ops, "PENDING_CASES", {"varlen_int32": "int32 cu_seqlens"})
     ok, reason = is_supported(*packed, **{**kw, "cu_seqlens": cu.to(torch.int32)})
     assert not ok and "int32 cu_seqlens" in reason and "GPU tests" in reason, reason
+    assert is_supported(*packed, **{**kw, "cu_seqlens": cu})[0]  # int64: not this case
     for bad in (cu.to(torch.int16), cu.float(), cu[None]):
         ok, reason = is_supported(*packed, **{**kw, "cu_seqlens": bad})
         assert not ok and reason == "cu_seqlens must be a 1-D int32 or int64 tensor", reason

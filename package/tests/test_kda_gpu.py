@@ -186,8 +186,8 @@ def test_against_the_float64_oracle_and_fla(shape):
 @pytest.mark.usefixtures("vendored")
 def test_int32_cu_seqlens_against_the_float64_oracle_and_fla(name):
     """fla's KimiDeltaAttention builds int32 cu_seqlens from an attention_mask: the packed
-    shapes again with int32 offsets (ops.PENDING_CASES["varlen_int32"] sends those calls to
-    fla until this passes on the GPU)."""
+    shapes again with int32 offsets (the case "varlen_int32" of ops.PENDING_CASES: a build
+    lists it there until this passes on the GPU)."""
     (shape,) = [s for s in SHAPES if s.name == name]
     _check_against_oracle(shape, cu_dtype=torch.int32)
 

@@ -17,7 +17,7 @@ state_v_first all True); A_log [HV] and dt_bias [HV * K] fp32; the softplus gate
 safe_gate=True with lower_bound in [-5, 0); allow_neg_eigval either way; cu_seqlens (with or
 cu_seqlens_cpu None); fp32 initial_state and output_final_state; HV a multiple of H;
 K <= 256; chunk_size 64. Cases the chain has not yet passed its GPU tests on would go to fla
-too (`ops.PENDING_CASES`: in this build int32 cu_seqlens only).
+too (`ops.PENDING_CASES`: empty in this build).
 """
 
 from .ops import chunk_kda, is_supported, warmup

@@ -62,12 +62,10 @@ LOWER_BOUND_RANGE = (-5.0, 0.0)  # fla's safe range for the lower-bound gate: [-
 # (package/tests/test_kda_gpu.py and test_kda_layer_gpu.py run them with this emptied): they
 # go to fla until those tests pass on the H200. Passed there (H200, fla 0.6.0): dense calls,
 # initial/final state, T not a multiple of 64, beta in (0, 2), GVA, the lower-bound gate,
-# and packed sequences with and without a state (length-1 sequences included), so none is
-# pending but int32 cu_seqlens. Known case names: "varlen", "varlen_state", "varlen_int32",
-# "gva", "lower_bound".
-PENDING_CASES: dict[str, str] = {
-    "varlen_int32": "int32 cu_seqlens (what fla's KimiDeltaAttention builds from an attention_mask)",
-}
+# packed sequences with and without a state (length-1 sequences included) and int32
+# cu_seqlens (what fla's KimiDeltaAttention builds from an attention_mask), so none is
+# pending. Known case names: "varlen", "varlen_state", "varlen_int32", "gva", "lower_bound".
+PENDING_CASES: dict[str, str] = {}
 CU_DTYPES = (torch.int32, torch.int64)
 L2NORM_ROWS_PER_BUCKET = 65536  # fla 0.6.0's l2norm: NB = cdiv(rows, 2048 * 32)
 
