@@ -107,6 +107,7 @@ VENDOR = {
         "001-intra-diag-parallel": {"kernel": "chain_001", "intra": "intra_001"},
         "002-bwd-wide-ctas": {"kernel": "chain", "intra": "intra"},
         "003-intra-anchored-diag": {"kernel": "chain3", "intra": "intra3"},
+        "004-wy-split-k": {"kernel": "chain4", "wy": "wy4"},
     },
 }
 
