@@ -65,7 +65,12 @@ def test_readme_research_numbers_are_the_committed_records() -> None:
     kda = "ladder/kernels/kda/ideas/001-intra-diag-parallel/records/"
     kda2 = "ladder/kernels/kda/ideas/002-bwd-wide-ctas/records/"
     kda3 = "ladder/kernels/kda/ideas/003-intra-anchored-diag/records/"
+    kda4 = "ladder/kernels/kda/ideas/004-wy-split-k/records/"
     rows = [
+        (kda4 + "20261201T022516Z-7ae59cc0.json", "prod", "| 004 at prod B16 T8192 H16 K128 V256 |", 3, 2),
+        (kda4 + "20261201T022556Z-7ae59cc0.json", "deep-gate", "| 004 at deep-gate B4 T4000", 3, 3),
+        (kda4 + "20261201T022556Z-7ae59cc0.json", "neg-eigval", "| 004 at neg-eigval B4 T4000", 3, 3),
+        (kda4 + "20261201T022556Z-7ae59cc0.json", "t2048", "| 004 at t2048 B16 T2048 |", 3, 3),
         (kda3 + "20261201T002748Z-5a2e2452.json", "prod", "| 003 at prod B16 T8192 H16 K128 V256 |", 3, 2),
         (kda3 + "20261201T002829Z-5a2e2452.json", "deep-gate", "| 003 at deep-gate B4 T4000", 3, 3),
         (kda3 + "20261201T002829Z-5a2e2452.json", "neg-eigval", "| 003 at neg-eigval B4 T4000", 3, 3),

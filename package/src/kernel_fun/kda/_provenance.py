@@ -3,29 +3,31 @@
 """Where kernel_fun.kda._kernels came from. Literals only: tools/drift.py reads them
 with ast.literal_eval and never imports this module."""
 
-SOURCE_COMMIT = "1d184b29c9b1c61bc029f96d7c03f943388b5e8a"
+SOURCE_COMMIT = "7c822f09ccca92018f6fad08fb0f5825349dae33"
 RECORD = {
-    "idea": "003-intra-anchored-diag",
-    "record_id": "20261201T002748Z-5a2e2452",
-    "sha256": "9a12e32f806befd3a30aa663b61ea6e33d2546b29ed6b7bedd47c1459b158774",
+    "idea": "004-wy-split-k",
+    "record_id": "20261201T022516Z-7ae59cc0",
+    "sha256": "de54b224141eed15ff9146adbda958c5c856ec53fb1ab846f7612063f2ac9cac",
 }
 KNOBS = {
     "KDA_INTRA_BK": 32,
     "KDA_INTRA_STAGES": 2,
     "KDA_INTRA_WARPS": 2,
-    "KDA_WY_BK": 128,
+    "KDA_WY_BK": 64,
     "KDA_WY_BV": 64,
     "KDA_WY_STAGES": 2,
-    "KDA_WY_WARPS": 8,
+    "KDA_WY_WARPS": 4,
 }
 SOURCE_FILES = {
     "ladder/kernels/kda/ideas/003-intra-anchored-diag/intra.py": "144a304f4efd864a59fd8a2eae33104a9199c53b248c104ae9fc793b9ef6f99a",
-    "ladder/kernels/kda/ideas/003-intra-anchored-diag/kernel.py": "566d75f40d64604cb2db6a2a757d00f796bee16e8d56fccb9524ed33eb6653d5",
+    "ladder/kernels/kda/ideas/004-wy-split-k/kernel.py": "9c1567cf83a65dff8e8181ee98a694fdeb7f8552cc123534ec8cfd9cd4824888",
+    "ladder/kernels/kda/ideas/004-wy-split-k/wy.py": "5c51c9516078ef7b9f74918435971f7580053543c460575f547f8eaa9d32f67e",
 }
 OUTPUT_FILES = {
-    "package/src/kernel_fun/kda/_kernels/__init__.py": "ff2b125bbd5e3b35d825333411a6cbf988ca2c7eb8a3d56b33e684619d05b775",
-    "package/src/kernel_fun/kda/_kernels/chain3.py": "ccf6e788d3f65693a5a101b814b84fe162a3828cc2b9e18e8158b78b6ed8b243",
-    "package/src/kernel_fun/kda/_kernels/intra3.py": "58a190339248fd29045c43cf6da990eeb012db9f8e27a8ca493feca0a098d2fe",
+    "package/src/kernel_fun/kda/_kernels/__init__.py": "685e6859fff447a9b9137252ad85251adb94c28fa1614c3badeb85a9aa5613e0",
+    "package/src/kernel_fun/kda/_kernels/chain4.py": "b9d31a859317bf16e35450c7c8091d8433f9bb322344d39ac5b4e654766ff265",
+    "package/src/kernel_fun/kda/_kernels/intra3.py": "5bd9de70813d9cc52967f33372dd6453d45b280fb31ad74cb2d6d07626360f6b",
+    "package/src/kernel_fun/kda/_kernels/wy4.py": "3b09133959844d0865d46e8912c65ea67552318e80bc1b5f1dff9a23eea53f58",
 }
 VENDOR = {
     "libcst": "1.9.0",
