@@ -141,12 +141,17 @@ class Board:
 
 
 def _worst_err_ratio(rec: dict) -> float | None:
-    vals = [
-        v
-        for s in rec.get("shapes", [])
-        for v in (s.get("correctness", {}).get("err_ratio") or {}).values()
-        if isinstance(v, (int, float)) and math.isfinite(v)
-    ]
+    """The worst error ratio to fla over shapes and outputs; an output judged on errors
+    pooled over seeds (ladder.check) counts with its pooled ratio."""
+    vals = []
+    for s in rec.get("shapes", []):
+        c = s.get("correctness", {})
+        pooled = c.get("pooled") or {}
+        for out, v in (c.get("err_ratio") or {}).items():
+            if out in pooled:
+                v = pooled[out].get("err_ratio")
+            if isinstance(v, (int, float)) and math.isfinite(v):
+                vals.append(v)
     return max(vals) if vals else None
 
 

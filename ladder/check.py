@@ -5,7 +5,15 @@ The family protocol (ladder.contract) supplies everything: inputs, the oracle, t
 Per output o (cconv: y, dx, dw): err_o = ||out_o - ref_o||_2 / ||ref_o||_2 with ref from the
 family's float64 reference. A shape passes iff every output has err_o <= TOLERANCES[o] and,
 when the baseline ran, err_o <= ERR_RATIO_MAX * baseline_err_o + 1e-6. A non-finite output
-fails. Before each direction of the checked candidate call (``run`` calls ``poison``) the
+fails.
+
+An output whose reference has fewer than the family's RATIO_MIN_ELEMENTS values (kda's
+dA_log: one per value head) is a sum over every token whose rounding error is a sample of
+a few numbers, so one seed's ratio to fla's error says little (per-seed ratios from 0.13 to
+4.2 at one shape, pooled 0.93). When such an output fails the ratio test at the shape's
+seed, it is judged again on errors pooled (root of the sum of squares) over RATIO_POOL_SEEDS
+seeds, the shape's seed and the next ones; every one of those seeds must still meet the
+absolute tolerance. The record keeps the single-seed numbers and adds the pooled ones. Before each direction of the checked candidate call (``run`` calls ``poison``) the
 caching allocator is fed NaN-filled blocks of the output sizes, so an output the kernel
 leaves partly unwritten shows up as NaN, not as a previous call's correct values; ``run`` is
 called once unchecked first, so autotuning (which writes the outputs with every
@@ -70,6 +78,7 @@ class ShapeCheck:
     err_ratio: dict[str, float] | None
     passed: bool
     problems: list[str] = field(default_factory=list)
+    pooled: dict[str, dict[str, float]] | None = None
 
     def record_entry(self) -> dict:
         """The ``correctness`` object of a bench record (non-finite numbers as null)."""
@@ -87,6 +96,13 @@ class ShapeCheck:
         }
         if self.problems:
             out["problems"] = list(self.problems)
+        if self.pooled:
+            out["pooled"] = {
+                n: {
+                    k: (v if isinstance(v, int) or math.isfinite(v) else None) for k, v in p.items()
+                }
+                for n, p in self.pooled.items()
+            }
         return out
 
 
@@ -158,12 +174,72 @@ def check_shape(
         base = {n: rel_err(o, r) for n, o, r in zip(names, bouts, refs, strict=True)}
         del bouts
         ratio = {n: (cand[n] / base[n] if base[n] > 0 else math.inf) for n in names}
+    few = {
+        n
+        for n, r in zip(names, refs, strict=True)
+        if r.numel() < getattr(family, "RATIO_MIN_ELEMENTS", 0)
+    }
     del refs
+
+    def ratio_ok(c: float, b: float) -> bool:
+        return c <= family.ERR_RATIO_MAX * b + SLACK
+
+    pooled = None
+    redo = [n for n in names if base is not None and n in few and not ratio_ok(cand[n], base[n])]
+    if redo and not problems:
+        pooled = _pooled(family, idea, shape, dev, seed, strided, names, redo)
     passed = not problems
     for n in names:
         ok = cand[n] <= family.TOLERANCES[n]
-        if base is not None:
-            ok = ok and cand[n] <= family.ERR_RATIO_MAX * base[n] + SLACK
+        if pooled is not None and n in pooled:
+            p = pooled[n]
+            ok = ok and p["worst_candidate_err"] <= family.TOLERANCES[n]
+            ok = ok and ratio_ok(p["candidate_err"], p["baseline_err"])
+        elif base is not None:
+            ok = ok and ratio_ok(cand[n], base[n])
         passed = passed and ok  # nan compares false: a non-finite output fails
     label = shape.name + ("+strided" if strided else "")
-    return ShapeCheck(label, cand, base, ratio, bool(passed), problems)
+    return ShapeCheck(label, cand, base, ratio, bool(passed), problems, pooled)
+
+
+def _pooled(
+    family: ModuleType,
+    idea: Any,
+    shape: Any,
+    dev: Any,
+    seed: int,
+    strided: bool,
+    names: tuple[str, ...],
+    outs: list[str],
+) -> dict[str, dict[str, float]]:
+    """Errors of ``outs`` pooled over family.RATIO_POOL_SEEDS seeds from ``seed`` on (the
+    first seed recomputed, so the pool is one consistent set): {output: {"seeds",
+    "candidate_err", "baseline_err", "err_ratio", "worst_candidate_err"}}."""
+    n_seeds = int(family.RATIO_POOL_SEEDS)
+    sq = {n: [0.0, 0.0] for n in outs}
+    worst = dict.fromkeys(outs, 0.0)
+    for s in range(seed, seed + n_seeds):
+        inputs = tuple(family.make_inputs(shape, dev, s))
+        if strided:
+            inputs = tuple(family.strided(inputs))
+        refs = dict(zip(names, family.reference(*inputs), strict=True))
+        got = dict(zip(names, family.run(idea, inputs, _noop), strict=True))
+        want = dict(zip(names, family.run(family.BASELINE, inputs, _noop), strict=True))
+        _sync(dev)
+        for n in outs:
+            c, b = rel_err(got[n], refs[n]), rel_err(want[n], refs[n])
+            sq[n][0] += c * c
+            sq[n][1] += b * b
+            worst[n] = max(worst[n], c) if math.isfinite(c) else math.nan
+        del inputs, refs, got, want
+    res = {}
+    for n in outs:
+        c, b = math.sqrt(sq[n][0]), math.sqrt(sq[n][1])
+        res[n] = {
+            "seeds": n_seeds,
+            "candidate_err": c,
+            "baseline_err": b,
+            "err_ratio": c / b if b > 0 else math.inf,
+            "worst_candidate_err": worst[n],
+        }
+    return res

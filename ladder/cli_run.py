@@ -197,6 +197,13 @@ def _run_check(
             )
     out.print(table)
     for res in results:
+        for n, p in (res.pooled or {}).items():
+            out.print(
+                f"  {res.name} {n}: judged over {p['seeds']} seeds, pooled error "
+                f"{p['candidate_err']:.3e} vs fla {p['baseline_err']:.3e} "
+                f"(ratio {p['err_ratio']:.3f}; worst single seed {p['worst_candidate_err']:.3e})"
+            )
+    for res in results:
         for p in res.problems:
             out.print(f"{res.name}: {p}")
     if skipped:
@@ -256,7 +263,12 @@ def render_record(rec: dict, out: Any) -> None:
                 cells += ["-"] * 4
         fb = s.get("fwdbwd")
         cells.append(f"{fb['ratio']:.3f}" if fb else "-")
-        ratios = [v for v in (s["correctness"].get("err_ratio") or {}).values() if v is not None]
+        pooled = s["correctness"].get("pooled") or {}
+        ratios = [
+            pooled[n]["err_ratio"] if n in pooled else v
+            for n, v in (s["correctness"].get("err_ratio") or {}).items()
+        ]
+        ratios = [v for v in ratios if v is not None]
         cells.append(f"{max(ratios):.3f}" if ratios else "-")
         cells.append("yes" if s["correctness"]["passed"] else "NO")
         host, mem = s.get("host_us"), s.get("peak_mem_bytes")

@@ -25,7 +25,10 @@ Optional
     CASES {case: description}, PROMOTE_CASES (tuple of case names: the cases an idea must
     implement to be promoted, i.e. what the package ships; default: any idea may win),
     baseline_retune(), contract_problems(outs, inputs), strided(inputs), shape_fields(shape),
-    KNOB_RULES, INTERPRET_KNOBS, BASELINE_ON_INTERPRETER; an idea's kernel.py may set
+    KNOB_RULES, INTERPRET_KNOBS, BASELINE_ON_INTERPRETER; RATIO_MIN_ELEMENTS (int >= 2) with
+    RATIO_POOL_SEEDS (int >= 2), both or neither: an output whose reference has fewer values
+    than RATIO_MIN_ELEMENTS that fails the error-ratio test at one seed is judged on errors
+    pooled over RATIO_POOL_SEEDS seeds (ladder.check); an idea's kernel.py may set
     CASES = ("dense", ...), as a literal tuple (the winner reads it without importing).
     (A family with PROMOTE_CASES therefore needs it literal in every idea that may win.)
 
@@ -134,6 +137,12 @@ def _problem(mod: ModuleType, name: str) -> str | None:
     if name == "ERR_RATIO_MAX":
         ok = isinstance(val, (int, float)) and not isinstance(val, bool) and val >= 1
         return None if ok and math.isfinite(val) else "a finite number >= 1, e.g. 1.10"
+    if name in ("RATIO_MIN_ELEMENTS", "RATIO_POOL_SEEDS"):
+        other = "RATIO_POOL_SEEDS" if name == "RATIO_MIN_ELEMENTS" else "RATIO_MIN_ELEMENTS"
+        if not hasattr(mod, other):
+            return f"set together with {other} (or neither)"
+        ok = isinstance(val, int) and not isinstance(val, bool) and val >= 2
+        return None if ok else "an int >= 2"
     if name == "SHAPES":
         return _shapes_problem(mod, val)
     if name == "CASES":
@@ -203,7 +212,7 @@ def validate_family(mod: ModuleType, path: Path, folder: str, *, complete: bool)
         if not hasattr(mod, name):
             raise BadFamily(f"{path}: {name}: missing; define it as {_WHAT[name]}")
     order = [*REQUIRED, "CASES", "PROMOTE_CASES", "KNOB_RULES", "INTERPRET_KNOBS",
-             *_OPTIONAL_CALLABLES]  # fmt: skip
+             "RATIO_MIN_ELEMENTS", "RATIO_POOL_SEEDS", *_OPTIONAL_CALLABLES]  # fmt: skip
     for name in order:
         if name in ("ENTRY_POINT_ARGS", "BASELINE") and not _valid_entry_points(mod):
             continue

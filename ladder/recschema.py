@@ -199,6 +199,17 @@ class _V:
             for out in errs:
                 self.opt_number(errs, out, f"{field}.{key}.{out}")
         passed = self.typed(c, "passed", f"{field}.passed", (bool,), "true or false")
+        if "pooled" in c:  # few-element outputs judged over several seeds (ladder.check)
+            pooled = self.dict_(c, "pooled", f"{field}.pooled")
+            for out, p in pooled.items():
+                where = f"{field}.pooled.{out}"
+                if not isinstance(p, dict):
+                    raise self.fail(where, f"expected an object, got {p!r}")
+                seeds = self.typed(p, "seeds", f"{where}.seeds", (int,), "an integer")
+                if seeds < 2:
+                    raise self.fail(f"{where}.seeds", f"expected 2 or more, got {seeds}")
+                for key in ("candidate_err", "baseline_err", "err_ratio", "worst_candidate_err"):
+                    self.opt_number(p, key, f"{where}.{key}")
         return passed
 
 

@@ -133,6 +133,16 @@ def render_show(rec: dict, console: Any) -> None:
                 _fmt(c["err_ratio"].get(out), ".3f"),
                 "yes" if c["passed"] else "NO",
             )
+            p = (c.get("pooled") or {}).get(out)
+            if p:  # judged on errors pooled over seeds (ladder.check)
+                errs.add_row(
+                    s["name"],
+                    f"{out} pooled over {p['seeds']} seeds",
+                    _fmt(p.get("candidate_err"), ".3e"),
+                    _fmt(p.get("baseline_err"), ".3e"),
+                    _fmt(p.get("err_ratio"), ".3f"),
+                    "",
+                )
         for d in DIRECTIONS:
             t = s.get(d)
             if not t:

@@ -47,6 +47,8 @@ __all__ = [
     "ENTRY_POINTS",
     "ENTRY_POINT_ARGS",
     "ERR_RATIO_MAX",
+    "RATIO_MIN_ELEMENTS",
+    "RATIO_POOL_SEEDS",
     "FAMILY",
     "SHAPES",
     "TARGET_DEVICE",
@@ -98,6 +100,12 @@ TOLERANCES = {
     "dh0": 3e-2,
 }
 ERR_RATIO_MAX = 1.25
+# dA_log has one value per value head (2 on the oracle's heads): its error ratio to fla at
+# one seed is a sample of 2 (per-seed ratios from 0.13 to 4.2 over 12 seeds of one shape on
+# the H200, pooled 0.93; package/tests/test_kda_gpu.py). When it fails at a shape's seed it
+# is judged pooled over 4 seeds (ladder.check), as the package's GPU tests judge it.
+RATIO_MIN_ELEMENTS = 16
+RATIO_POOL_SEEDS = 4
 
 # The promoted chain is ``kernel_fun.kda._kernels.chain`` (kda_fwd, kda_bwd), what
 # kernel_fun.kda's dispatch imports.

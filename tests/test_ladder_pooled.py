@@ -1,0 +1,117 @@
+"""ladder.check's pooled judgement of few-element outputs (RATIO_MIN_ELEMENTS /
+RATIO_POOL_SEEDS): a toy family whose candidate and baseline errors are set per seed."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from ladder import board, check, contract, recschema
+from ladder.paths import BadFamily
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+
+
+def toy(cand: dict[int, tuple[float, float]], base: dict[int, tuple[float, float]], **extra):
+    """Outputs "many" (64 values) and "few" (2 values); an implementation's relative error
+    per output and seed is given by ``cand`` / ``base``: {seed: (many_err, few_err)}."""
+
+    def impl(errs):
+        def out(inputs):
+            seed = int(inputs[0])
+            e_many, e_few = errs.get(seed, (0.01, 0.01))
+            return torch.ones(64) * (1 + e_many), torch.ones(2) * (1 + e_few)
+
+        return out
+
+    fam = SimpleNamespace(
+        FAMILY="toy",
+        TOLERANCES={"many": 0.1, "few": 0.1},
+        ERR_RATIO_MAX=1.25,
+        make_inputs=lambda shape, dev, seed: (torch.tensor(seed),),
+        reference=lambda s: (torch.ones(64), torch.ones(2)),
+        run=lambda impl_, inputs, poison: impl_(inputs),
+        BASELINE=impl(base),
+        **extra,
+    )
+    return fam, impl(cand)
+
+
+POOL = {"RATIO_MIN_ELEMENTS": 16, "RATIO_POOL_SEEDS": 4}
+
+
+def test_a_few_element_output_failing_at_one_seed_is_judged_pooled() -> None:
+    # seed 0: few 2x worse than fla; seeds 1-3: better: pooled ratio below 1.25
+    cand = {0: (0.01, 0.02), 1: (0.01, 0.005), 2: (0.01, 0.005), 3: (0.01, 0.005)}
+    base = {s: (0.01, 0.01) for s in range(4)}
+    fam, idea = toy(cand, base, **POOL)
+    res = check.check_shape(fam, idea, Shape("s"), "cpu", 0, baseline=True)
+    assert res.err_ratio["few"] == pytest.approx(2.0)
+    assert res.passed, res
+    p = res.pooled["few"]
+    assert p["seeds"] == 4 and set(res.pooled) == {"few"}
+    assert p["candidate_err"] == pytest.approx(math.sqrt(0.02**2 + 3 * 0.005**2))
+    assert p["baseline_err"] == pytest.approx(math.sqrt(4 * 0.01**2))
+    assert p["worst_candidate_err"] == pytest.approx(0.02)
+    # the record keeps the single-seed numbers and adds the pooled ones; schema and board
+    entry = res.record_entry()
+    assert entry["err_ratio"]["few"] == pytest.approx(2.0) and "pooled" in entry
+    rec = {"shapes": [{"correctness": json.loads(json.dumps(entry))}]}
+    assert board._worst_err_ratio(rec) == pytest.approx(p["err_ratio"])
+    v = recschema._V({"record_id": "x"})
+    assert v.correctness({"correctness": entry}, "shapes[0].correctness") is True
+
+
+def test_a_few_element_output_worse_at_every_seed_fails_pooled() -> None:
+    cand = {s: (0.01, 0.02) for s in range(4)}
+    base = {s: (0.01, 0.01) for s in range(4)}
+    fam, idea = toy(cand, base, **POOL)
+    res = check.check_shape(fam, idea, Shape("s"), "cpu", 0, baseline=True)
+    assert not res.passed and res.pooled["few"]["err_ratio"] == pytest.approx(2.0)
+
+
+def test_every_pooled_seed_must_meet_the_tolerance() -> None:
+    # pooled ratio fine, but seed 2's error is past the absolute tolerance (0.1)
+    cand = {0: (0.01, 0.02), 1: (0.01, 0.001), 2: (0.01, 0.11), 3: (0.01, 0.001)}
+    base = {0: (0.01, 0.01), 1: (0.01, 0.01), 2: (0.01, 0.2), 3: (0.01, 0.01)}
+    fam, idea = toy(cand, base, **POOL)
+    res = check.check_shape(fam, idea, Shape("s"), "cpu", 0, baseline=True)
+    assert res.pooled["few"]["err_ratio"] < 1.25 and not res.passed
+
+
+def test_many_element_outputs_and_families_without_pooling_judge_one_seed() -> None:
+    cand = {0: (0.02, 0.01)}
+    base = {0: (0.01, 0.01)}
+    fam, idea = toy(cand, base, **POOL)
+    res = check.check_shape(fam, idea, Shape("s"), "cpu", 0, baseline=True)
+    assert not res.passed and res.pooled is None  # "many" has 64 values: never pooled
+    fam, idea = toy({0: (0.01, 0.02)}, {0: (0.01, 0.01)})  # no RATIO_* in the family
+    res = check.check_shape(fam, idea, Shape("s"), "cpu", 0, baseline=True)
+    assert not res.passed and res.pooled is None
+    assert "pooled" not in res.record_entry()
+
+
+def test_the_pool_settings_come_together_and_are_ints() -> None:
+    import ladder.kernels.kda.family as kda
+
+    assert contract._problem(kda, "RATIO_MIN_ELEMENTS") is None
+    for bad, what in (
+        ({"RATIO_MIN_ELEMENTS": 16}, "set together with RATIO_POOL_SEEDS"),
+        ({**POOL, "RATIO_POOL_SEEDS": 1}, "an int >= 2"),
+        ({**POOL, "RATIO_MIN_ELEMENTS": 2.5}, "an int >= 2"),
+    ):
+        mod = SimpleNamespace(**bad)
+        probs = [contract._problem(mod, n) for n in bad]
+        assert any(p and what in p for p in probs), (bad, probs)
+    with pytest.raises(BadFamily, match="RATIO_MIN_ELEMENTS: must be set together"):
+        fake = SimpleNamespace(FAMILY="toy", ENTRY_POINTS=("f",), TARGET_DEVICE="H200",
+                               RATIO_MIN_ELEMENTS=16)  # fmt: skip
+        contract.validate_family(fake, "toy/family.py", "toy", complete=False)
