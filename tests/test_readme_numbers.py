@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-REPORT = ROOT / "docs" / "results" / "prodtime-h200-20261130.json"
+REPORT = ROOT / "docs" / "results" / "prodtime-h200-20261201.json"
 
 
 def test_readme_quotes_the_committed_prodtime_report() -> None:
@@ -71,6 +71,8 @@ def test_readme_research_numbers_are_the_committed_records() -> None:
         (kda4 + "20261201T022556Z-7ae59cc0.json", "deep-gate", "| 004 at deep-gate B4 T4000", 3, 3),
         (kda4 + "20261201T022556Z-7ae59cc0.json", "neg-eigval", "| 004 at neg-eigval B4 T4000", 3, 3),
         (kda4 + "20261201T022556Z-7ae59cc0.json", "t2048", "| 004 at t2048 B16 T2048 |", 3, 3),
+        (kda4 + "20261201T024536Z-7ae59cc0.json", "lower-bound", "| 004 at lower-bound B16 T8192", 3, 2),
+        (kda4 + "20261201T024632Z-7ae59cc0.json", "varlen", "| 004 at varlen B1, 131072 tokens", 3, 2),
         (kda3 + "20261201T002748Z-5a2e2452.json", "prod", "| 003 at prod B16 T8192 H16 K128 V256 |", 3, 2),
         (kda3 + "20261201T002829Z-5a2e2452.json", "deep-gate", "| 003 at deep-gate B4 T4000", 3, 3),
         (kda3 + "20261201T002829Z-5a2e2452.json", "neg-eigval", "| 003 at neg-eigval B4 T4000", 3, 3),
