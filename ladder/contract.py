@@ -27,8 +27,8 @@ Optional
     baseline_retune(), contract_problems(outs, inputs), strided(inputs), shape_fields(shape),
     KNOB_RULES, INTERPRET_KNOBS, BASELINE_ON_INTERPRETER; RATIO_MIN_ELEMENTS (int >= 2) with
     RATIO_POOL_SEEDS (int >= 2), both or neither: an output whose reference has fewer values
-    than RATIO_MIN_ELEMENTS that fails the error-ratio test at one seed is judged on errors
-    pooled over RATIO_POOL_SEEDS seeds (ladder.check); an idea's kernel.py may set
+    than RATIO_MIN_ELEMENTS takes its error-ratio test on errors pooled over RATIO_POOL_SEEDS
+    seeds (ladder.check); an idea's kernel.py may set
     CASES = ("dense", ...), as a literal tuple (the winner reads it without importing).
     (A family with PROMOTE_CASES therefore needs it literal in every idea that may win.)
 

@@ -106,7 +106,11 @@ class _V:
 
     def number(self, obj: dict, key: str, field: str, *, positive: bool = False) -> float:
         val = self.typed(obj, key, field, (int, float), "a number")
-        if not math.isfinite(val):
+        try:
+            finite = math.isfinite(val)
+        except OverflowError:  # an int beyond float's range
+            finite = False
+        if not finite:
             raise self.fail(field, f"expected a finite number, got {val!r}")
         if positive and val <= 0:
             raise self.fail(field, f"expected a positive number, got {val!r}")

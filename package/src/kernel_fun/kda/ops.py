@@ -91,7 +91,7 @@ FLA_PARAMETERS: dict[str, str] = {
     "disable_recompute": "default-only (False)",
     "return_intermediate_states": "default-only (False)",
     "state_v_first": "layer flag (True)",
-    "cu_seqlens": "ours: None or [N + 1] int64 (int32: pending its GPU tests) on q's device, B == 1",
+    "cu_seqlens": "ours: None or [N + 1] int64 or int32 on q's device, B == 1",
     "cu_seqlens_cpu": "default-only: None (fla would chunk by it, the chain by cu_seqlens)",
     "cp_context": "default-only (None)",
     "use_graph": "default-only (False)",
@@ -451,7 +451,7 @@ def chunk_kda(
 
     q, k: [B, T, H, K]; v: [B, T, HV, V]; g: [B, T, HV, K] raw gate input; beta: [B, T, HV]
     raw logits; A_log: [HV] and dt_bias: [HV * K] by keyword; initial_state: [N, HV, V, K]
-    fp32 (state_v_first); cu_seqlens: [N + 1] int64 with B == 1. Returns (o, final_state):
+    fp32 (state_v_first); cu_seqlens: [N + 1] int64 or int32 with B == 1. Returns (o, final_state):
     o [B, T, HV, V] in q's dtype, final_state [N, HV, V, K] fp32 or None. Gradients come back
     for q, k, v, g, beta, A_log, dt_bias and initial_state.
 
@@ -585,7 +585,7 @@ def warmup(
 
     H, HV (default H), K, V: the heads and head sizes; B: the batch size(s) calls will use;
     T_max: the longest T (or packed length) calls will use; varlen: also warm the packed
-    (int64 cu_seqlens) layout; dtype, safe_gate / lower_bound, allow_neg_eigval, state
+    layout, with int64 and with int32 cu_seqlens; dtype, safe_gate / lower_bound, allow_neg_eigval, state
     (initial_state in, final_state out): the call's flags. Runs the chain at `warm_lengths`
     (see the module docstring for why those lengths), forward and backward unless
     backward=False. Later calls with these settings at any T <= T_max autotune nothing.
@@ -619,7 +619,10 @@ def warmup(
     dev = torch.device(dev) if not isinstance(dev, torch.device) else dev
     if dev.type != "cuda":
         return 0
-    layouts = [(b, False) for b in batches] + ([(1, True)] if varlen else [])
+    # packed batches in both offset dtypes: fla's layer builds int32 cu_seqlens from an
+    # attention_mask, and the dtype is part of every compiled and tuned kernel's signature
+    packed_dtypes = (torch.int64, torch.int32) if varlen else ()
+    layouts = [(b, None) for b in batches] + [(1, d) for d in packed_dtypes]
     flags = dict(
         use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True,
         state_v_first=True, safe_gate=safe_gate, lower_bound=lower_bound,
@@ -627,12 +630,12 @@ def warmup(
     )  # fmt: skip
     calls = 0
     with torch.cuda.device(dev):
-        for b, packed in layouts:
+        for b, cu_dtype in layouts:
             for T in warm_lengths(b, H, T_max):
                 cu = None
-                if packed:
+                if cu_dtype is not None:
                     cuts = [0, T] if T < 2 else [0, T // 3 + 1, T]
-                    cu = torch.tensor(cuts, dtype=torch.int64, device=dev)
+                    cu = torch.tensor(cuts, dtype=cu_dtype, device=dev)
                 N = b if cu is None else cu.shape[0] - 1
                 q, k, v, g, beta, A_log, dt_bias, h0 = _warm_inputs(
                     b, T, H, HV, K, V, dtype, dev, lower_bound, state, N
