@@ -283,7 +283,6 @@ KDA_CHAIN = (
     "kda_gate_chunk_cumsum", "recompute_w_u_fwd", "chunk_gated_delta_rule_fwd_h",
     "chunk_kda_bwd_dAv", "chunk_gated_delta_rule_bwd_dhu", "chunk_local_cumsum",
     "kda_gate_bwd", "l2norm_bwd", "fused_beta_sigmoid_bwd", "ChunkKDAFunction",
-    "chunk_kda_bwd_kernel_wy_dqkg_fused",
 )  # fmt: skip
 
 

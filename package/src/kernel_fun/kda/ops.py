@@ -20,8 +20,7 @@ from fla 0.6.0 (`key=[...]` of every autotuned kernel those stages launch):
 
   * no kernel keys on T itself. chunk_delta_h (fwd_h, bwd_dhu), kda/chunk_intra (the
     forward's), kda/chunk_intra_token_parallel, kda/wy_fast, kda/chunk_bwd (dAv; the chain
-    launches wy_dqkg_fused at one fixed configuration, untuned, and its own intra-chunk
-    backward kernel, untuned),
+    runs its own fused WY and intra-chunk backward kernels, untuned, in place of fla's),
     kda/gate (kda_gate_fwd/bwd, kda_gate_chunk_cumsum) and gla/chunk (chunk_gla_fwd_o_gk)
     key on head counts, head sizes, block sizes, STATE_V_FIRST and IS_VARLEN only;
   * utils/cumsum's chunk_local_cumsum keys on B (the batch size) and IS_VARLEN, so every
