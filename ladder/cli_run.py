@@ -79,6 +79,12 @@ def check(
     seed = seed if seed is not None else secrets.randbits(30)
     out = console()
     if interpret or not gpu:
+        why_not = getattr(fam, "NO_INTERPRETER", None)
+        if why_not:
+            raise NoGpu(
+                f"family {family} cannot run on Triton's CPU interpreter ({why_not}); run "
+                f"`python -m ladder check {family} {folder}` on the GPU machine"
+            )
         if "small" not in fam.SHAPES:
             raise NoGpu(
                 f"no CUDA GPU and family {family} has no 'small' shapes for Triton's CPU "

@@ -28,7 +28,9 @@ Optional
     KNOB_RULES, INTERPRET_KNOBS, BASELINE_ON_INTERPRETER; RATIO_MIN_ELEMENTS (int >= 2) with
     RATIO_POOL_SEEDS (int >= 2), both or neither: an output whose reference has fewer values
     than RATIO_MIN_ELEMENTS takes its error-ratio test on errors pooled over RATIO_POOL_SEEDS
-    seeds (ladder.check); an idea's kernel.py may set
+    seeds (ladder.check); NO_INTERPRETER (str: why the family's ``run`` cannot run on
+    Triton's CPU interpreter; ``check --interpret`` then refuses with it); an idea's
+    kernel.py may set
     CASES = ("dense", ...), as a literal tuple (the winner reads it without importing).
     (A family with PROMOTE_CASES therefore needs it literal in every idea that may win.)
 
@@ -137,6 +139,8 @@ def _problem(mod: ModuleType, name: str) -> str | None:
     if name == "ERR_RATIO_MAX":
         ok = isinstance(val, (int, float)) and not isinstance(val, bool) and val >= 1
         return None if ok and math.isfinite(val) else "a finite number >= 1, e.g. 1.10"
+    if name == "NO_INTERPRETER":
+        return None if isinstance(val, str) and val.strip() else "a non-empty str: why not"
     if name in ("RATIO_MIN_ELEMENTS", "RATIO_POOL_SEEDS"):
         other = "RATIO_POOL_SEEDS" if name == "RATIO_MIN_ELEMENTS" else "RATIO_MIN_ELEMENTS"
         if not hasattr(mod, other):
@@ -212,7 +216,8 @@ def validate_family(mod: ModuleType, path: Path, folder: str, *, complete: bool)
         if not hasattr(mod, name):
             raise BadFamily(f"{path}: {name}: missing; define it as {_WHAT[name]}")
     order = [*REQUIRED, "CASES", "PROMOTE_CASES", "KNOB_RULES", "INTERPRET_KNOBS",
-             "RATIO_MIN_ELEMENTS", "RATIO_POOL_SEEDS", *_OPTIONAL_CALLABLES]  # fmt: skip
+             "RATIO_MIN_ELEMENTS", "RATIO_POOL_SEEDS", "NO_INTERPRETER",
+             *_OPTIONAL_CALLABLES]  # fmt: skip
     for name in order:
         if name in ("ENTRY_POINT_ARGS", "BASELINE") and not _valid_entry_points(mod):
             continue

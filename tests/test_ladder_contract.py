@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from typer.testing import CliRunner
@@ -198,3 +199,14 @@ def test_new_family_refuses_bad_and_taken_names(tmp_path: Path) -> None:
     one_line_error(run_cli(root, "new-family", "Kda-2"), "must be a short lower-case identifier")
     one_line_error(run_cli(root, "new-family", "toy"), "exists; pick another name")
     assert sorted(p.name for p in (root / "kernels").iterdir()) == ["toy"]
+
+
+def test_a_family_that_cannot_run_on_the_interpreter_says_why(interpret_env) -> None:
+    root = Path(__file__).resolve().parents[1] / "ladder"
+    result = run_cli(root, "check", "kda", "004", "--interpret")
+    err = result.stderr.strip()
+    assert result.exit_code != 0 and "\n" not in err and "Traceback" not in result.output, (
+        result.output
+    )
+    assert "family kda cannot run on Triton's CPU interpreter" in err and "CUDA GPU" in err, err
+    assert contract._problem(SimpleNamespace(NO_INTERPRETER=""), "NO_INTERPRETER")

@@ -47,6 +47,7 @@ __all__ = [
     "ENTRY_POINTS",
     "ENTRY_POINT_ARGS",
     "ERR_RATIO_MAX",
+    "NO_INTERPRETER",
     "RATIO_MIN_ELEMENTS",
     "RATIO_POOL_SEEDS",
     "FAMILY",
@@ -105,6 +106,8 @@ ERR_RATIO_MAX = 1.25
 # the H200, pooled 0.93; package/tests/test_kda_gpu.py). Its ratio test is taken on errors
 # pooled over 4 seeds (ladder.check), as the package's GPU tests judge it over 8.
 RATIO_MIN_ELEMENTS = 16
+# every idea's forward is fla's ChunkKDAFunction, whose gate and norm kernels are autotuned
+NO_INTERPRETER = "its forward is fla's autotuned chain, which needs a CUDA GPU"
 RATIO_POOL_SEEDS = 4
 
 # The promoted chain is ``kernel_fun.kda._kernels.chain`` (kda_fwd, kda_bwd), what
