@@ -1,4 +1,4 @@
-"""kda/004's fused WY / dq / dk / dg backward stage on Triton's CPU interpreter, against the
+"""The fused WY / dq / dk / dg backward stage of kda/004 and kda/005 on Triton's CPU interpreter, against the
 stage's definition evaluated in float64 with torch, and against fla 0.6.0's own kernel for
 that stage run the same way (ours may be no further from the definition than fla's). The
 inputs are fp32 here (the interpreter's bf16 products are wrong; see the script).
@@ -21,10 +21,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 SCRIPT = textwrap.dedent(
     r"""
-    import json, os, sys
+    import importlib, json, os, sys
     import torch
     import ladder  # installs the idea import finder
-    from ladder.kernels.kda.ideas.i004 import wy
+    wy = importlib.import_module(f"ladder.kernels.kda.ideas.i{sys.argv[1]}.wy")
     import triton
     from fla.ops.kda.chunk_bwd import chunk_kda_bwd_kernel_wy_dqkg_fused
 
@@ -138,10 +138,11 @@ SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_wy_stage_matches_its_definition_and_fla_in_the_interpreter() -> None:
+@pytest.mark.parametrize("idea", ["004", "005"])
+def test_wy_stage_matches_its_definition_and_fla_in_the_interpreter(idea: str) -> None:
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": f"{REPO}:{REPO / 'package/src'}"}
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True, text=True,
+        [sys.executable, "-c", SCRIPT, idea], cwd=REPO, env=env, capture_output=True, text=True,
         timeout=900,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]

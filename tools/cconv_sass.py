@@ -74,7 +74,7 @@ def sass_stats(cubin: bytes) -> dict[str, int | None]:
         path.write_bytes(cubin)
         sass = subprocess.run([tool, "-sass", path], capture_output=True, text=True, check=True)
         res = subprocess.run([tool, "-res-usage", path], capture_output=True, text=True, check=True)
-    ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)", sass.stdout)
+    ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)", sass.stdout)
     regs = re.search(r"REG:(\d+)", res.stdout)
     stack = re.search(r"STACK:(\d+)", res.stdout)
     return {

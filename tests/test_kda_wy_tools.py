@@ -1,0 +1,113 @@
+"""tools/kda_wy_sass.py (static sm90 compiles of kda ideas' WY kernel, CPU) and the CPU side
+of tools/kda_wy_bench.py (its argument checks; the timing itself needs the H200)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+
+pytest.importorskip("triton")
+
+
+def _bench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "kda_wy_bench.py"), *args],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_005s_two_pass_epilogue_spills_less_than_004_at_the_promoted_launch() -> None:
+    import kda_wy_sass
+    from cconv_sass import sass_stats
+
+    try:
+        stats = {i: kda_wy_sass.compile_wy(i, 64, 64, 4, 2, None) for i in ("004", "005")}
+    except FileNotFoundError as exc:
+        pytest.skip(f"this Triton has no sm90 tools: {exc}")
+    s4, s5 = (sass_stats(stats[i].asm["cubin"]) for i in ("004", "005"))
+    assert s4["regs"] == s5["regs"] == 255, (s4, s5)
+    # 004 spills hundreds of bytes per thread in its epilogue; 005's two passes a tenth of that
+    assert s4["stack"] > 0 and s4["stack"] >= 10 * s5["stack"], (s4, s5)
+    # the V loop's tiles are staged in shared memory (the pipelined loop) in both
+    assert stats["004"].metadata.shared == stats["005"].metadata.shared > 32 * 1024
+
+
+def test_resident_programs_per_sm() -> None:
+    import kda_wy_sass
+
+    assert kda_wy_sass.resident(255, 66560, 4) == 2  # registers bind
+    assert kda_wy_sass.resident(168, 66560, 4) == 3  # registers and shared memory allow 3
+    assert kda_wy_sass.resident(128, 66560, 4) == 3  # shared memory binds
+    assert kda_wy_sass.resident(255, 66560, 8) == 1
+
+
+def test_sass_tool_refuses_an_idea_without_the_kernel() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "kda_wy_sass.py"), "003"],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "003" in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("64,64,4", "four or five"),
+        ("64,64,4,2,168,1", "four or five"),
+        ("64,x,4,2", "integers"),
+        ("48,64,4,2", "BK 48 is not a power of two"),
+        ("64,64,0,2", "positive"),
+    ],
+)
+def test_bench_parse_launch_names_what_is_wrong(spec: str, message: str) -> None:
+    import kda_wy_bench
+
+    with pytest.raises(ValueError, match=message):
+        kda_wy_bench.parse_launch(spec)
+
+
+def test_bench_parse_launch_maps_knobs() -> None:
+    import kda_wy_bench
+
+    assert kda_wy_bench.parse_launch("32,64,4,2,168") == dict(
+        BK=32, BV=64, NUM_WARPS=4, NUM_STAGES=2, MAXNREG=168
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["004", "--launch", "64,64,4,2,168"], "no maxnreg knob"),
+        (["009"], "has no wy.py"),
+        (["005", "--T", "100"], "not a multiple of 64"),
+        (["005", "--HV", "24"], "not a multiple of H"),
+        (["005", "--launch", "64,64"], "four or five"),
+    ],
+)
+def test_bench_usage_errors_exit_2_before_any_gpu_work(
+    args: list[str], message: str, tmp_path: Path
+) -> None:
+    proc = _bench(*args, "--out", str(tmp_path / "r.json"))
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_bench_refuses_an_out_folder(tmp_path: Path) -> None:
+    proc = _bench("005", "--out", str(tmp_path))
+    assert proc.returncode == 2 and "is a folder" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_bench_without_a_gpu_exits_2(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the bench would run")
+    proc = _bench("005", "--out", str(tmp_path / "r.json"))
+    assert proc.returncode == 2 and "no CUDA GPU" in proc.stderr, proc.stderr[-2000:]

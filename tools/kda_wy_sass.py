@@ -1,0 +1,103 @@
+"""Static cost of kda ideas' fused WY backward kernel on sm90, from the compiled code (CPU only).
+
+    python tools/kda_wy_sass.py 004 005 --launch 64,64,4,2 --launch 64,64,4,2,168
+
+For each idea (one with ``wy.kda_bwd_wy_kernel``: kda/004 and later) and each launch
+(BK, BV, warps, stages[, maxnreg]), Triton compiles the kernel for sm90 at prod's sizes
+(H = HV = 16, K 128, V 256, bf16 activations, fp32 gate, dense batch) and Triton's own
+`cuobjdump` reads the cubin: registers per thread, stack (spill) bytes per thread, shared
+memory per program, the static SASS instruction count (not a dynamic count) and how many
+programs of that size fit on one H200 SM (65,536 registers, 227 KB of shared memory, at
+most 64 warps).
+
+Pointers carry `tt.divisibility` 16, the alignment Triton's JIT specializes a launch to when
+the tensors' addresses are multiples of 16 (torch's allocations are): without it Triton does
+not pipeline the V loop into asynchronous copies, so the counts would not be the GPU's.
+Exit status: 0 done; 2 an idea without the kernel or no ptxas/cuobjdump in Triton.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import typer
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tools.cconv_sass import _jit, sass_stats  # noqa: E402
+
+POINTERS = dict(q="*bf16", k="*bf16", v="*bf16", v_new="*bf16", g="*fp32", beta="*bf16",
+                A="*bf16", h="*bf16", do="*bf16", dh="*bf16", dv="*bf16", dq="*fp32",
+                dk="*fp32", dv2="*bf16", dg="*fp32", db="*fp32", dA="*fp32", dA_part="*fp32",
+                db_part="*fp32", counter="*i32", cu_seqlens="*i64",
+                chunk_indices="*i64")  # fmt: skip
+SCALARS = dict(scale="fp32", T="i32", NTG="i32")
+SM_REGS, SM_SMEM, SM_WARPS = 65536, 227 * 1024, 64
+
+
+def compile_wy(idea: str, bk: int, bv: int, warps: int, stages: int, maxnreg: int | None):
+    """Triton's compiled WY kernel of a kda idea ("004", "005") for sm90 at prod's sizes."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    import ladder  # noqa: F401  (the idea import finder)
+
+    mod = importlib.import_module(f"ladder.kernels.kda.ideas.i{idea.lstrip('i')}.wy")
+    if not hasattr(mod, "kda_bwd_wy_kernel"):
+        raise AttributeError(f"kda idea {idea} has no wy.kda_bwd_wy_kernel")
+    fn = _jit(mod.kda_bwd_wy_kernel)
+    K, V = 128, 256
+    consts = dict(H=16, HV=16, K=K, V=V, BT=64, BK=bk, BV=bv, NK=triton.cdiv(K, bk),
+                  IS_VARLEN=False, NUM_STAGES=stages)  # fmt: skip
+    types = {**POINTERS, **SCALARS}
+    sig = {n: "constexpr" if n in consts else types[n] for n in fn.arg_names}
+    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in POINTERS}
+    src = ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
+    options = {"num_warps": warps, "num_stages": stages}
+    if maxnreg:
+        options["maxnreg"] = maxnreg
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+
+
+def resident(regs: int, smem: int, warps: int) -> int:
+    """Programs of this size that fit on one H200 SM at once (registers are allocated per
+    warp in units of 256)."""
+    per_warp = -(-regs * 32 // 256) * 256
+    return min(SM_REGS // (per_warp * warps), SM_SMEM // max(smem, 1), SM_WARPS // warps)
+
+
+def main(
+    ideas: list[str] = typer.Argument(..., help="kda idea numbers, e.g. 004 005"),
+    launch: list[str] = typer.Option(
+        ["64,64,4,2"], help="BK,BV,warps,stages[,maxnreg] (repeatable)"
+    ),
+) -> None:
+    """Print registers, stack, shared memory, static SASS count and programs per SM."""
+    try:
+        for spec in launch:
+            parts = [int(p) for p in spec.split(",")]
+            if len(parts) not in (4, 5):
+                raise typer.BadParameter(f"--launch {spec!r}: BK,BV,warps,stages[,maxnreg]")
+            bk, bv, warps, stages = parts[:4]
+            maxnreg = parts[4] if len(parts) == 5 else None
+            for idea in ideas:
+                k = compile_wy(idea, bk, bv, warps, stages, maxnreg)
+                s = sass_stats(k.asm["cubin"])
+                smem = k.metadata.shared
+                typer.echo(
+                    f"{idea} BK {bk} BV {bv} warps {warps} stages {stages} maxnreg "
+                    f"{maxnreg or '-'}: regs {s['regs']} stack {s['stack']} smem "
+                    f"{smem / 1024:.1f} KiB instrs {s['instrs']} (memory {s['mem']}); "
+                    f"{resident(s['regs'], smem, warps)} per SM"
+                )
+    except (AttributeError, FileNotFoundError, ModuleNotFoundError) as exc:
+        typer.echo(f"kda_wy_sass: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+if __name__ == "__main__":
+    typer.run(main)
