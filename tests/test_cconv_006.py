@@ -1,0 +1,96 @@
+"""cconv idea 006's case forward on Triton's CPU interpreter: with the fast bf16 sigmoid off
+(the interpreter cannot run its inline PTX), `case_fwd_kernel` computes each element with
+the same operations in the same order as idea 002's forward, so every output must be
+bitwise equal to 002's, whose kernels are checked against the fp64 oracle on the GPU. The
+packed batches mix sequences long enough for the 4-row fast path (a group inside one
+sequence) with length-1 and 2 ones that force the row-by-row path. The bf16 fast path
+(004's sigmoid) is checked against the oracle by `ladder check cconv 006` on the GPU.
+
+Runs in a subprocess: TRITON_INTERPRET must be set before triton is imported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+SCRIPT = textwrap.dedent(
+    r"""
+    import itertools, json
+    import torch
+    import ladder  # the idea import finder
+    from ladder.kernels.cconv.ideas.i006 import kernel as k6
+    from ladder.kernels.cconv.ideas.i002 import kernel as box
+
+    assert k6.CASE_FWD and not k6.k4.FAST_SIGMOID
+    out = []
+    lens = [1, 30, 2, 41, 3, 9, 17, 1, 64]
+    combos = [
+        # dtype, W, activation, bias, residual, h0, varlen, final state
+        (torch.bfloat16, 4, "silu", True, True, False, False, False),
+        (torch.bfloat16, 4, "silu", False, False, True, False, True),
+        (torch.bfloat16, 4, "silu", False, False, False, True, True),
+        (torch.bfloat16, 3, "silu", True, False, True, True, True),
+        (torch.bfloat16, 2, None, False, True, True, True, False),
+        (torch.bfloat16, 1, "swish", True, True, False, True, True),
+        (torch.float16, 4, "silu", True, False, True, True, True),
+        (torch.float16, 3, "silu", False, True, False, False, True),
+        (torch.float32, 4, "silu", False, False, False, False, False),
+        (torch.float32, 4, None, True, True, True, True, True),
+        (torch.float32, 2, "silu", False, False, True, False, True),
+    ]
+    torch.manual_seed(0)
+    # every combination leaves 004's dense case (x bf16/fp16, silu, no bias, state, packing or
+    # residual), which 006 hands to 004's loop unchanged
+    for dt, W, act, has_b, has_r, has_h0, varlen, fs in combos:
+        D = 40  # not a multiple of the channel strip: the channel mask runs
+        B, T = (1, sum(lens)) if varlen else (2, 45)  # 45: a ragged last segment
+        # x as a channel slice of a wider tensor (a strided layout)
+        x = torch.randn(B, T, D + 8).to(dt)[..., 4 : 4 + D]
+        w = torch.randn(D, W)
+        b = torch.randn(D) if has_b else None
+        r = torch.randn(B, T, D).to(dt) if has_r else None
+        cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist()) if varlen else None
+        N = len(lens) if varlen else B
+        h0 = torch.randn(N, D, W).to(dt) if has_h0 else None
+        assert r is not None or not k6.k4._dense_case(x, act, b, h0, cu)
+        got = k6.conv_fwd(x, w, b, r, h0, fs, act, cu)
+        want = box.conv_fwd(x, w, b, r, h0, fs, act, cu)
+        same = [
+            (g is None and v is None) or (g is not None and v is not None and torch.equal(g, v))
+            for g, v in zip(got, want)
+        ]
+        out.append({"combo": repr((str(dt), W, act, has_b, has_r, has_h0, varlen, fs)), "same": same,
+                    "finite": bool(torch.isfinite(got[0].float()).all())})
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.mark.slow
+def test_case_forward_is_bitwise_002s_in_the_interpreter() -> None:
+    env = {
+        **os.environ,
+        "TRITON_INTERPRET": "1",
+        "CCONV_FAST_SIGMOID": "0",
+        "CCONV_AUTOTUNE": "0",
+        "CCONV_CASE_FWD": "1",
+        "PYTHONPATH": f"{REPO}:{REPO / 'package/src'}",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True, text=True,
+        timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(rows) == 11
+    for row in rows:
+        assert row["same"] == [True, True] and row["finite"], row
