@@ -28,7 +28,7 @@ def knobs(
     idea: Annotated[str, typer.Argument(help="Idea: 1, 001 or 001-strip-onepass.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
-    """Every knob the idea reads (its modules and the ideas it imports): type, default, the
+    """Every knob the idea reads (its modules and the modules it imports from other ideas): type, default, the
     value in effect here, what the family allows."""
     from rich.table import Table
 

@@ -2,7 +2,8 @@
 
 Knobs are read at import, so ``--knob KEY=VALUE`` goes into ``os.environ`` before the idea is
 imported. The knobs an idea reads are its own modules' plus those of the ideas it imports
-(``ladder.kernels.<family>.ideas.i<NNN>``), found by ``ladder.knobs.scan_idea``.
+(``ladder.kernels.<family>.ideas.i<NNN>``): of another idea, only the modules the code imports.
+They are found by ``ladder.knobs.scan_idea``.
 """
 
 from __future__ import annotations
@@ -118,20 +119,127 @@ def related_ideas(family: str, folder: str, root: Path | None = None) -> list[st
     return sorted(seen - {folder})
 
 
-def idea_knobs(family: str, folder: str, root: Path | None = None) -> dict[str, knobs.Knob]:
-    """{key: Knob} read by the idea and the ideas it imports. Raises LadderError (the
-    scanner's ``file:line`` message) when an idea reads the environment outside the knob
-    form."""
+def _imports_of(source: str, family: str, here: str) -> list[tuple[str, str | None]]:
+    """(idea number, module stem or None for the idea's package) of every import of an idea
+    of ``family`` in ``source`` (absolute ``ladder.kernels.<family>.ideas.i<NNN>[.<mod>]``
+    imports, and relative ones from the module's own idea ``here``). Unparsable source:
+    []."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    prefix = f"ladder.kernels.{family}.ideas.i"
+    out: list[tuple[str, str | None]] = []
+
+    def split(dotted: str) -> tuple[str, str | None] | None:
+        if not dotted.startswith(prefix):
+            return None
+        rest = dotted[len(prefix) :].split(".")
+        if not re.fullmatch(r"[0-9]{3}", rest[0]):
+            return None
+        return rest[0], (rest[1] if len(rest) > 1 else None)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                hit = split(alias.name)
+                if hit:
+                    out.append(hit)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: a sibling module of the same idea
+                if node.level == 1 and node.module:
+                    out.append((here, node.module.split(".")[0]))
+                elif node.level == 1:
+                    out += [(here, alias.name) for alias in node.names]
+                continue
+            hit = split(node.module or "")
+            if hit is None:
+                continue
+            num, stem = hit
+            if stem is not None:
+                out.append((num, stem))
+            else:  # from ...iNNN import a, b: modules of that idea, or names of its package
+                out += [(num, alias.name) for alias in node.names]
+    return out
+
+
+def _knob_sources(family: str, folder: str, root: Path | None = None) -> list[tuple[str, dict]]:
+    """[(idea folder, {relpath: bytes})]: the files whose knobs the idea reads. The idea's
+    own folder whole, then, for each other idea it imports (transitively), only the modules
+    the code imports from it: a module of another idea that nothing imports never runs, so
+    its knobs (and their defaults) are not the idea's. An import that names no module file
+    of the other idea (a name of its package) keeps that idea's whole folder."""
     fdir = paths.family_dir(family, root)
+    own = paths.resolve_idea(family, folder, root)
+    files_of: dict[str, dict[str, bytes]] = {}
+
+    def files(name: str) -> dict[str, bytes]:
+        if name not in files_of:
+            files_of[name] = codehash.idea_files_all(fdir / "ideas" / name)
+        return files_of[name]
+
+    chosen: dict[str, set[str] | None] = {own: None}  # None: the whole folder
+    todo = [(own, rel) for rel in files(own) if rel.endswith(".py")]
+    seen = set(todo)
+    while todo:
+        name, rel = todo.pop()
+        here = name[:3]
+        source = files(name)[rel].decode("utf-8", errors="replace")
+        for num, stem in _imports_of(source, family, here):
+            try:
+                other = paths.resolve_idea(family, num, root)
+            except paths.UnknownIdea:
+                continue
+            if other == own:
+                continue
+            rels = [f"{stem}.py"] if stem and f"{stem}.py" in files(other) else None
+            if rels is None:
+                chosen[other] = None
+                rels = [r for r in files(other) if r.endswith(".py")]
+            elif chosen.get(other, set()) is not None:
+                chosen.setdefault(other, set()).update(rels)
+            for r in rels:
+                if (other, r) not in seen:
+                    seen.add((other, r))
+                    todo.append((other, r))
+    out = []
+    for name in [own, *sorted(set(chosen) - {own})]:
+        keep = chosen[name]
+        out.append((name, {r: b for r, b in files(name).items() if keep is None or r in keep}))
+    return out
+
+
+def idea_knobs(family: str, folder: str, root: Path | None = None) -> dict[str, knobs.Knob]:
+    """{key: Knob} read by the idea's modules and the modules of other ideas it imports
+    (``_knob_sources``). Raises LadderError (the scanner's ``file:line`` message) when an idea
+    reads the environment outside the knob form, or when two imported modules of different
+    ideas read the same key with different types or defaults: one environment variable sets
+    both, and a record could not say which default ran. (With the same type and default the
+    first idea's site is kept: ``folder`` itself, then the others by number.)"""
     out: dict[str, knobs.Knob] = {}
-    for name in [folder, *related_ideas(family, folder, root)]:
-        files = codehash.idea_files_all(fdir / "ideas" / name)
+    where: dict[str, str] = {}
+    for name, files in _knob_sources(family, folder, root):
         try:
             found = knobs.scan_idea(files, family)
         except knobs.KnobError as exc:
             raise LadderError(f"ideas/{name}/{exc}") from None
         for key, knob in found.items():
-            out.setdefault(key, knob)
+            if key not in out:
+                out[key] = knob
+                where[key] = name
+                continue
+            first = out[key]
+            if (first.kind, first.default) != (knob.kind, knob.default):
+                raise LadderError(
+                    f"knob {key} is read by ideas/{where[key]}/{first.file}:{first.line} "
+                    f"({first.kind}, default {first.source_default!r}) and by "
+                    f"ideas/{name}/{knob.file}:{knob.line} ({knob.kind}, default "
+                    f"{knob.source_default!r}), both imported by {folder}: one environment "
+                    f"variable sets both, and a record could not say which default ran; give "
+                    f"them the same default, or read it in one module and import the name"
+                )
     return out
 
 
@@ -302,7 +410,7 @@ def sweep_points(items: Sequence[str]) -> list[list[str]]:
 def knob_rows(
     family: str, ref: str, root: Path | None = None, environ: Mapping[str, str] | None = None
 ) -> list[dict[str, Any]]:
-    """Every knob the idea reads (its own modules' and those of the ideas it imports), one
+    """Every knob the idea reads (its own modules' and those it imports from other ideas), one
     dict per knob, by key: key, name, type, default, value (in effect under ``environ``,
     default os.environ), set (whether the environment sets it), allowed (the family's
     KNOB_RULES text, or None), where (``ideas/<folder>/<file>:<line>``) and error (why the
@@ -312,11 +420,10 @@ def knob_rows(
     fam = paths.load_family(family, root)
     folder = paths.resolve_idea(family, ref, root)
     rules = getattr(fam, "KNOB_RULES", None) or {}
-    fdir = paths.family_dir(family, root)
     owner: dict[str, str] = {}
-    for name in [folder, *related_ideas(family, folder, root)]:
+    for name, files in _knob_sources(family, folder, root):
         try:
-            found = knobs.scan_idea(codehash.idea_files_all(fdir / "ideas" / name), family)
+            found = knobs.scan_idea(files, family)
         except knobs.KnobError as exc:
             raise LadderError(f"ideas/{name}/{exc}") from None
         for key in found:

@@ -64,10 +64,17 @@ def test_knobs_lists_type_default_and_value_in_effect(monkeypatch) -> None:
     assert next(r for r in bad if r["key"] == "TOY_BLOCK")["error"]
 
 
-def test_knobs_of_an_idea_include_the_ideas_it_imports_and_the_rules(tmp_path: Path) -> None:
+def test_knobs_of_an_idea_include_the_modules_it_imports_and_the_rules(tmp_path: Path) -> None:
     root = copy_toy(tmp_path, records=False)
     (idea_path(root, "000-base") / "knob.py").write_text(
         'import os\n\nDEPTH = int(os.environ.get("TOY_DEPTH", "3"))\n'
+    )
+    data = json.loads(run("knobs", "toy", "001-fast", "--json", root=root).stdout)
+    # a module of the imported idea that 001 does not import is not 001's
+    assert "TOY_DEPTH" not in {r["key"] for r in data["knobs"]}
+    kernel = idea_path(root, "001-fast") / "kernel.py"
+    kernel.write_text(
+        kernel.read_text() + "\nfrom ladder.kernels.toy.ideas.i000 import knob  # noqa: E402\n"
     )
     data = json.loads(run("knobs", "toy", "001-fast", "--json", root=root).stdout)
     depth = next(r for r in data["knobs"] if r["key"] == "TOY_DEPTH")

@@ -163,3 +163,63 @@ def test_family_knob_rules_refuse_values_a_kernel_cannot_run(knob, value, allowe
     assert prepare.prepare_idea("cconv", "1", [f"{knob}={ok}"], load=False).folder == (
         "001-strip-onepass"
     )
+
+
+def _second_module(root: Path, text: str) -> None:
+    """000-base gains a module `tune.py` that 001-fast's kernel then imports alone."""
+    (idea_path(root, "000-base") / "tune.py").write_text(text)
+    kernel = idea_path(root, "001-fast") / "kernel.py"
+    kernel.write_text(
+        kernel.read_text().replace(
+            "from ladder.kernels.toy.ideas.i000 import kernel as base\n",
+            "from ladder.kernels.toy.ideas.i000 import kernel as base\n"
+            "from ladder.kernels.toy.ideas.i000 import tune  # noqa: F401\n",
+        )
+    )
+
+
+def test_knobs_of_another_idea_come_from_the_modules_imported(tmp_path: Path) -> None:
+    """A module of another idea that nothing imports never runs: its knobs are not the
+    idea's, even when it reads a key the idea's imported modules read with another default
+    (a record would otherwise state that default as the value that ran)."""
+    root = copy_toy(tmp_path, records=False)
+    (idea_path(root, "000-base") / "unused.py").write_text(
+        'import os\n\nBLOCK = int(os.environ.get("TOY_BLOCK", "8"))\nX = int(os.environ.get("TOY_X", "1"))\n'
+    )
+    found = prepare.idea_knobs("toy", "001-fast", root)
+    assert sorted(found) == ["TOY_BLOCK", "TOY_FAST"]
+    assert found["TOY_BLOCK"].default == 64 and found["TOY_BLOCK"].file == "kernel.py"
+    # the idea's own folder is read whole
+    assert "TOY_X" in prepare.idea_knobs("toy", "000-base", root)
+    # an imported module of the other idea counts, and so does what it imports relatively:
+    # unused.py, now imported through tune.py, reads TOY_BLOCK with another default
+    _second_module(
+        root,
+        'import os\n\nfrom . import unused  # noqa: F401\n\nY = int(os.environ.get("TOY_Y", "2"))\n',
+    )
+    with pytest.raises(
+        paths.LadderError, match=r"ideas/000-base/unused\.py:3 \(int, default '8'\)"
+    ):
+        prepare.idea_knobs("toy", "001-fast", root)
+    (idea_path(root, "000-base") / "unused.py").write_text(
+        'import os\n\nX = int(os.environ.get("TOY_X", "1"))\n'
+    )
+    assert sorted(prepare.idea_knobs("toy", "001-fast", root)) == [
+        "TOY_BLOCK", "TOY_FAST", "TOY_X", "TOY_Y"
+    ]  # fmt: skip
+
+
+def test_two_imported_ideas_reading_one_key_with_other_defaults_is_refused(tmp_path: Path) -> None:
+    root = copy_toy(tmp_path, records=False)
+    _second_module(root, 'import os\n\nBLOCK = int(os.environ.get("TOY_BLOCK", "32"))\n')
+    with pytest.raises(paths.LadderError) as err:
+        prepare.idea_knobs("toy", "001-fast", root)
+    msg = str(err.value)
+    assert "knob TOY_BLOCK" in msg and "ideas/001-fast/kernel.py:11" in msg, msg
+    assert "ideas/000-base/tune.py:3" in msg and "default '64'" in msg and "'32'" in msg, msg
+    # with the same default, one variable setting both is what ran: allowed
+    (idea_path(root, "000-base") / "tune.py").write_text(
+        'import os\n\nBLOCK = int(os.environ.get("TOY_BLOCK", "64"))\n'
+    )
+    found = prepare.idea_knobs("toy", "001-fast", root)
+    assert found["TOY_BLOCK"].file == "kernel.py"

@@ -1,0 +1,108 @@
+"""kda/006's state-gradient wrapper (`dhu.bwd_dhu`: fla's kernel launched at a fixed BV 64
+configuration) against fla 0.6.0's own wrapper, `chunk_gated_delta_rule_bwd_dhu`, on Triton's
+CPU interpreter. fla's autotuner is cut to one configuration (BV 32, fla's pick at prod on
+the H200), so it launches without benchmarking; everything else of fla's wrapper (its
+buffers, argument order, heuristics, chunk offsets, grid) is fla's. Cases: a dense batch
+with a ragged last chunk, GVA with a packed batch (length-1 sequences, an initial state and
+a final-state gradient), and K 48 (masked key blocks). fla's kernel calls ``.to()`` on its
+loop index, a Python int on the interpreter: the script gives the kernel's module a ``range``
+that yields scalar tensors, as the compiled loop has.
+
+Runs in a subprocess: TRITON_INTERPRET must be set before triton is imported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+SCRIPT = textwrap.dedent(
+    r"""
+    import json
+    import torch
+    import triton
+    import ladder  # the idea import finder
+    from ladder.kernels.kda.ideas.i006 import dhu
+    from fla.ops.common import chunk_delta_h as fla_h
+    from fla.ops.utils import prepare_chunk_indices
+
+    import builtins
+    import triton.language as tl
+
+    def _range(*bounds):
+        # fla's kernel calls .to() on its loop index, which the interpreter leaves a Python
+        # int: hand it the index as a scalar tensor, as the compiled kernel sees it
+        for i in builtins.range(*(int(b) for b in bounds)):
+            yield tl.full([], i, tl.int32)
+
+    fla_h.range = _range  # the module's globals are the kernel's
+
+    tuner = fla_h.chunk_gated_delta_rule_bwd_kernel_dhu_blockdim64
+    while not hasattr(tuner, "configs"):
+        tuner = tuner.fn
+    tuner.configs = [triton.Config({"BV": 32}, num_warps=4, num_stages=3)]
+    assert dhu.BV == 64
+
+    out = {}
+    cases = [
+        # name, B, T, H, HV, K, V, cu_seqlens, h0, dht
+        ("dense-ragged", 2, 100, 1, 1, 128, 128, None, False, False),
+        ("gva-varlen-state", 1, 150, 1, 2, 64, 64, [0, 1, 65, 67, 130, 150], True, True),
+        ("k48-dense-state", 1, 70, 1, 1, 48, 64, None, True, True),
+    ]
+    for name, B, T, H, HV, K, V, cu, has_h0, has_dht in cases:
+        torch.manual_seed(0)
+        N = B if cu is None else len(cu) - 1
+        qg = torch.randn(B, T, HV, K) * 0.3
+        kg = torch.randn(B, T, HV, K) * 0.3
+        w = torch.randn(B, T, HV, K) * 0.3
+        gk = -0.1 * torch.rand(B, T, HV, K)
+        do = torch.randn(B, T, HV, V)
+        dv = torch.randn(B, T, HV, V)
+        h0 = torch.randn(N, HV, V, K) if has_h0 else None
+        dht = torch.randn(N, HV, V, K) if has_dht else None
+        cut = torch.tensor(cu) if cu is not None else None
+        ci = prepare_chunk_indices(cut, 64) if cu is not None else None
+        want = fla_h.chunk_gated_delta_rule_bwd_dhu(
+            q=qg, k=kg, w=w, gk=gk, h0=h0, dht=dht, do=do, dv=dv, scale=K ** -0.5,
+            cu_seqlens=cut, chunk_size=64, chunk_indices=ci, state_v_first=True,
+        )
+        got = dhu.bwd_dhu(qg, kg, w, do, dv, gk, h0, dht, K ** -0.5, cu_seqlens=cut,
+                          chunk_indices=ci)
+        errs = {}
+        for nm, a, b in zip(("dh", "dh0", "dv2"), got, want):
+            if b is None:
+                assert a is None, (name, nm)
+                continue
+            assert a.shape == b.shape and a.dtype == b.dtype, (name, nm, a.shape, b.shape)
+            assert bool(torch.isfinite(a).all()) and float(b.norm()) > 0, (name, nm)
+            errs[nm] = float((a.double() - b.double()).norm() / b.double().norm())
+        out[name] = errs
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.mark.slow
+def test_dhu_wrapper_matches_flas_own_in_the_interpreter() -> None:
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": f"{REPO}:{REPO / 'package/src'}"}
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True, text=True,
+        timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    errs = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(errs) == {"dense-ragged", "gva-varlen-state", "k48-dense-state"}
+    assert set(errs["gva-varlen-state"]) == {"dh", "dh0", "dv2"}
+    for case, per in errs.items():
+        for name, err in per.items():
+            # the same kernel in fp32 on the same inputs: only the V tiling differs
+            assert err < 1e-6, (case, name, err)
