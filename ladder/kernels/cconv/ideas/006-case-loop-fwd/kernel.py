@@ -263,15 +263,16 @@ if AUTOTUNE:
 
 
 def _case_fwd(x, w, bias, residual, h0, cu, y, N, W, act) -> None:
-    """Launch case_fwd_kernel for y (not empty); 004's segments and configurations."""
+    """Launch case_fwd_kernel for y (not empty), on 002's grid (its segments: 001's rule, and
+    shorter ones on small calls) and 004's configurations."""
     B, T, D = x.shape
     tuned = AUTOTUNE and B * T * D >= SMALL_WORK
-    TS = k4._segment(B, T, D)
+    TS = box._segment(B, T, D, 512 if tuned else 4 * 32 * FIXED_WARPS)
     NS = triton.cdiv(T, TS)
     res = residual if residual is not None else x
     args = (
         x, w, bias if bias is not None else w, res, h0 if h0 is not None else w,
-        cu if cu is not None else w, y, T, D, N, TS, k4._work_bucket(B, T, D),
+        cu if cu is not None else w, y, T, D, N, TS, box._work_bucket(B * T * D),
         *x.stride(), *res.stride(), y.stride(0), y.stride(1),
     )  # fmt: skip
     flags = dict(

@@ -1,10 +1,12 @@
-"""cconv idea 006's case forward on Triton's CPU interpreter: with the fast bf16 sigmoid off
-(the interpreter cannot run its inline PTX), `case_fwd_kernel` computes each element with
-the same operations in the same order as idea 002's forward, so every output must be
-bitwise equal to 002's, whose kernels are checked against the fp64 oracle on the GPU. The
-packed batches mix sequences long enough for the 4-row fast path (a group inside one
-sequence) with length-1 and 2 ones that force the row-by-row path. The bf16 fast path
-(004's sigmoid) is checked against the oracle by `ladder check cconv 006` on the GPU.
+"""cconv ideas 006 and 007 (the cases' forward and backward in 4-row groups) on Triton's CPU
+interpreter: with the fast bf16 sigmoid off (the interpreter cannot run its inline PTX),
+006's `case_fwd_kernel` and 007's `case_bwd_kernel` compute each element with the same
+operations in the same order as idea 002's kernels, so every output (y, the final state,
+dx, dw, db, dh0) must be bitwise equal to 002's, whose kernels are checked against the fp64
+oracle on the GPU. The packed batches mix sequences long enough for the groups that skip
+the per-row sequence work with length-1 and 2 ones that force the row-by-row path, and
+dht puts the last W rows of every sequence on that path too. The bf16 fast path (004's
+sigmoid) is checked against the oracle by `ladder check cconv 006` / `007` on the GPU.
 
 Runs in a subprocess: TRITON_INTERPRET must be set before triton is imported.
 """
@@ -28,11 +30,13 @@ SCRIPT = textwrap.dedent(
     import torch
     import ladder  # the idea import finder
     from ladder.kernels.cconv.ideas.i006 import kernel as k6
+    from ladder.kernels.cconv.ideas.i007 import kernel as k7
     from ladder.kernels.cconv.ideas.i002 import kernel as box
 
-    assert k6.CASE_FWD and not k6.k4.FAST_SIGMOID
+    assert k6.CASE_FWD and k7.CASE_BWD and not k6.k4.FAST_SIGMOID
     out = []
-    lens = [1, 30, 2, 41, 3, 9, 17, 1, 64]
+    # sequence ends at 36 and 76 fall inside 8-row segments, at the start of a 4-row group
+    lens = [1, 30, 2, 3, 40, 9, 17, 1, 64]
     combos = [
         # dtype, W, activation, bias, residual, h0, varlen, final state
         (torch.bfloat16, 4, "silu", True, True, False, False, False),
@@ -64,25 +68,30 @@ SCRIPT = textwrap.dedent(
         assert r is not None or not k6.k4._dense_case(x, act, b, h0, cu)
         got = k6.conv_fwd(x, w, b, r, h0, fs, act, cu)
         want = box.conv_fwd(x, w, b, r, h0, fs, act, cu)
+        dy = torch.randn(B, T, D).to(dt)
+        dht = torch.randn(N, D, W).to(dt) if fs else None
+        got += k7.conv_bwd(x, w, dy, b, r, h0, dht, act, cu)
+        want += box.conv_bwd(x, w, dy, b, r, h0, dht, act, cu)
         same = [
             (g is None and v is None) or (g is not None and v is not None and torch.equal(g, v))
             for g, v in zip(got, want)
         ]
         out.append({"combo": repr((str(dt), W, act, has_b, has_r, has_h0, varlen, fs)), "same": same,
-                    "finite": bool(torch.isfinite(got[0].float()).all())})
+                    "finite": all(bool(torch.isfinite(g.float()).all()) for g in got if g is not None)})
     print(json.dumps(out))
     """
 )
 
 
 @pytest.mark.slow
-def test_case_forward_is_bitwise_002s_in_the_interpreter() -> None:
+def test_case_loops_are_bitwise_002s_in_the_interpreter() -> None:
     env = {
         **os.environ,
         "TRITON_INTERPRET": "1",
         "CCONV_FAST_SIGMOID": "0",
         "CCONV_AUTOTUNE": "0",
         "CCONV_CASE_FWD": "1",
+        "CCONV_CASE_BWD": "1",
         "PYTHONPATH": f"{REPO}:{REPO / 'package/src'}",
     }
     proc = subprocess.run(
@@ -93,4 +102,5 @@ def test_case_forward_is_bitwise_002s_in_the_interpreter() -> None:
     rows = json.loads(proc.stdout.strip().splitlines()[-1])
     assert len(rows) == 11
     for row in rows:
-        assert row["same"] == [True, True] and row["finite"], row
+        # y, final state, dx, dw, db, dresidual, dh0
+        assert row["same"] == [True] * 7 and row["finite"], row
