@@ -52,7 +52,7 @@ SCRIPT = textwrap.dedent(
         f = lambda t: t.to(torch.float64).reshape(B * T, *t.shape[2:])
         q, k = f(q).repeat_interleave(G, 1), f(k).repeat_interleave(G, 1)
         v, v_new, g, beta, A, do, dv = map(f, (v, v_new, g, beta, A, do, dv))
-        h, dh = h.double(), dh.double()                          # [chunks, HV, V, K]
+        h, dh = (t.double().reshape(-1, *t.shape[-3:]) for t in (h, dh))  # [chunks, HV, V, K]
         dq, dk, dg = (torch.zeros(B * T, HV, K, dtype=torch.float64) for _ in range(3))
         dv2 = torch.zeros(B * T, HV, V, dtype=torch.float64)
         db = torch.zeros(B * T, HV, dtype=torch.float64)
@@ -122,6 +122,8 @@ SCRIPT = textwrap.dedent(
         scale = K ** -0.5
         cut = torch.tensor(cu) if cu is not None else None
         ci = prepare_chunk_indices(cut, 64) if cu is not None else None
+        if cu is None:  # as fla's chain returns them: [B, NT, HV, V, K]
+            h, dh = (t.view(B, -1, *t.shape[1:]) for t in (h, dh))
         args = (q, k, v, v_new, g, beta, A, h, do, dh, dv, scale)
         got = wy.kda_bwd_wy(*args, cu_seqlens=cut, chunk_indices=ci)
         fla = fla_stage(*args, cut, ci)

@@ -36,8 +36,9 @@ fills the registers (aligned static sm90 compile at BK 64, BV 64, 4 warps: 255 r
 
 Shapes: q, k [B, T, H, K] bf16; v, v_new, do, dv [B, T, HV, V] bf16; g [B, T, HV, K] fp32
 (log2 units); beta [B, T, HV]; A [B, T, HV, 64] (q's dtype); h, dh [B*NT or NT, HV, V, K]
-bf16 (state_v_first); out dq, dk, dg [B, T, HV, K] fp32, dv2 like v, db beta's shape fp32,
-dA [B, T, HV, 64] fp32. A packed batch has B == 1 and chunk_indices [(sequence, chunk)].
+bf16 (state_v_first; [B, NT, HV, V, K] as fla's chain returns them is the same memory); out
+dq, dk, dg [B, T, HV, K] fp32, dv2 like v, db beta's shape fp32, dA [B, T, HV, 64] fp32. A
+packed batch has B == 1 and chunk_indices [(sequence, chunk)].
 """
 
 from __future__ import annotations
@@ -237,11 +238,14 @@ def _check(q, k, v, v_new, g, beta, A, h, do, dh, dv, cu_seqlens, chunk_indices)
             raise ValueError("a packed batch needs B == 1 and its chunk_indices")
         NTG = len(chunk_indices)
     for name, t in (("h", h), ("dh", dh)):
-        if tuple(t.shape) != (NTG, HV, V, K) or not t.is_contiguous():
+        # fla's chain returns [B, NT, HV, V, K]; one state per chunk either way
+        if tuple(t.shape[-3:]) != (HV, V, K) or t.numel() != NTG * HV * V * K:
             raise ValueError(
-                f"{name} must be contiguous [{NTG}, {HV}, {V}, {K}] (one state per chunk, "
+                f"{name} must hold one [{HV}, {V}, {K}] state per chunk ({NTG} chunks, "
                 f"state_v_first), got {tuple(t.shape)}"
             )
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous")
     return NTG
 
 
