@@ -1,0 +1,142 @@
+"""Whole kda chains (each idea's kda_fwd and kda_bwd: fla's stages with the idea's own in
+their place) against fla 0.6.0's own chunk_kda forward and backward (idea 000), on Triton's
+CPU interpreter, in fp32.
+
+Two things make fla's chain run there: its autotuned kernels are cut to one configuration
+(`kernel_fun._testing.trim_fla_autotune(1)`), so they launch without benchmarking; and fla's
+kernels call `.to()` on loop indices, which the interpreter leaves Python ints, so each fla
+kernel module gets a `range` that yields scalar tensors, as the compiled loop has (and fla's
+kernels take their path without `tl.gather`, and fp32 products where they ask for bf16x3,
+neither of which the interpreter runs). The
+inputs are fp32, because Triton 3.6's interpreter computes bf16 tensor-core products wrongly
+(tests/test_kda_wy.py); fp32 checks how the stages are wired together (shapes, layouts,
+strides, the chain's order, packed sequences, states, GVA, both gate forms), and the GPU
+bench checks the bf16 numbers against the fp64 oracle.
+
+003 and earlier are not run here: 003 unwraps fla's kernels in a way the interpreter does
+not support (and those ideas' records stand).
+
+Runs in a subprocess: TRITON_INTERPRET must be set before triton is imported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+IDEAS = ("004", "005", "006")
+
+SCRIPT = textwrap.dedent(
+    r"""
+    import builtins, importlib, json, sys
+    import torch
+    import triton.language as tl
+    import ladder  # the idea import finder
+    from kernel_fun._testing import trim_fla_autotune
+
+    trim_fla_autotune(1)
+
+    def _range(*bounds):
+        for i in builtins.range(*(int(b) for b in bounds)):
+            yield tl.full([], i, tl.int32)
+
+    for name, mod in list(sys.modules.items()):
+        if name.startswith("fla.") and mod is not None and hasattr(mod, "triton"):
+            mod.range = _range
+            if hasattr(mod, "IS_GATHER_SUPPORTED"):  # fla's gather path is compiled-only
+                mod.IS_GATHER_SUPPORTED = False
+            if hasattr(mod, "SAFE_GATE_DOT_PRECISION"):  # bf16x3: compiled-only too
+                mod.SAFE_GATE_DOT_PRECISION = tl.constexpr("ieee")
+
+    class _NoDevice:  # the chains enter torch.cuda.device(q.device); there is none here
+        def __init__(self, *args):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    torch.cuda.device = _NoDevice
+
+    ideas = sys.argv[1].split(",")
+    cases = [
+        # name, B, H, HV, lengths (one per batch row, or packed), h0, final state, lower bound,
+        # negative eigenvalues
+        ("dense-ragged", 2, 1, 1, [100, 100], False, False, None, False),
+        ("gva", 1, 1, 2, [70], False, False, None, False),
+        ("varlen-state", 1, 1, 1, [1, 40, 2, 87], True, True, None, False),
+        ("lower-bound-neg", 1, 1, 1, [130], True, False, -5.0, True),
+    ]
+    K = V = 32
+    out = {}
+    for name, B, H, HV, lens, has_h0, fs, lb, neg in cases:
+        torch.manual_seed(0)
+        packed = B == 1 and len(lens) > 1
+        T = sum(lens) if packed else lens[0]
+        cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist()) if packed else None
+        N = len(lens) if packed else B
+        q = torch.randn(B, T, H, K)
+        k = torch.randn(B, T, H, K)
+        v = torch.randn(B, T, HV, V)
+        g = torch.randn(B, T, HV, K)
+        beta = torch.randn(B, T, HV)
+        A_log = torch.randn(HV) * 0.5
+        dt_bias = torch.randn(HV * K) * 0.5
+        h0 = torch.randn(N, HV, V, K) if has_h0 else None
+        do = torch.randn(B, T, HV, V)
+        dht = torch.randn(N, HV, V, K) if fs else None
+        res = {}
+        for idea in ["000", *ideas]:
+            m = importlib.import_module(f"ladder.kernels.kda.ideas.i{idea}.kernel")
+            o, ht, ctx = m.kda_fwd(q, k, v, g, beta, A_log, dt_bias, K ** -0.5, h0, fs, cu, lb,
+                                   lb is not None, neg)
+            grads = m.kda_bwd(ctx, do, dht)
+            res[idea] = [o, ht, *grads]
+        names = ["o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dA_log", "ddt_bias", "dh0"]
+        out[name] = {}
+        for idea in ideas:
+            errs = {}
+            for nm, a, b in zip(names, res[idea], res["000"]):
+                if b is None:
+                    assert a is None, (name, idea, nm)
+                    continue
+                assert a.shape == b.shape, (name, idea, nm, a.shape, b.shape)
+                assert bool(torch.isfinite(a).all()) and float(b.norm()) > 0, (name, idea, nm)
+                errs[nm] = float((a.double() - b.double()).norm() / b.double().norm())
+            out[name][idea] = errs
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.mark.slow
+def test_kda_chains_match_flas_own_in_the_interpreter() -> None:
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": f"{REPO}:{REPO / 'package/src'}"}
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, ",".join(IDEAS)], cwd=REPO, env=env,
+        capture_output=True, text=True, timeout=1200,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(out) == {"dense-ragged", "gva", "varlen-state", "lower-bound-neg"}
+    for case, per_idea in out.items():
+        assert set(per_idea) == set(IDEAS)
+        for idea, errs in per_idea.items():
+            want = {"o", "dq", "dk", "dv", "dg", "dbeta", "dA_log", "ddt_bias"}
+            if case == "varlen-state":
+                want |= {"ht", "dh0"}
+            if case == "lower-bound-neg":
+                want |= {"dh0"}
+            assert set(errs) == want, (case, idea, sorted(errs))
+            for name, err in errs.items():
+                # fp32 throughout: the same math as fla's chain up to summation order
+                assert err < 1e-4, (case, idea, name, err)
