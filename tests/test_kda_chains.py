@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-IDEAS = ("004", "005", "006")
+IDEAS = ("004", "005", "006", "007")
 
 SCRIPT = textwrap.dedent(
     r"""

@@ -103,6 +103,9 @@ VENDOR = {
         "002-strip-box": {"kernel": "strip2"},
         "003-strip-merge": {"kernel": "strip3"},  # imports 002's module (strip2)
         "004-exact-sigmoid": {"kernel": "strip4"},  # imports 002's module (strip2)
+        "005-small-call-grid": {"kernel": "strip5"},  # imports 002's and 004's
+        "006-case-loop-fwd": {"kernel": "strip6"},  # imports 002's and 004's
+        "007-case-loop-bwd": {"kernel": "strip7"},  # imports 002's, 004's and 006's
     },
 }
 
