@@ -35,7 +35,7 @@ FLOOR = {torch.bfloat16: 1e-4, torch.float16: 2e-5, torch.float32: 1e-6}
 BOX_CANDIDATES = (
     (os.environ["KERNEL_FUN_TEST_BOX"],)
     if os.environ.get("KERNEL_FUN_TEST_BOX")
-    else (*ops.BOX_MODULES, "ladder.kernels.cconv.ideas.i003.kernel")
+    else (*ops.box_modules(), "ladder.kernels.cconv.ideas.i003.kernel")
 )
 
 

@@ -238,7 +238,7 @@ def _fallback_cases():
     }
 
 
-# the cases a build with a box module (ideas 002-004) runs on its kernels; W=5 goes to fla in
+# the cases a build with a box module (ideas 002 and later) runs on its kernels; W=5 goes to fla in
 # every build
 BOX_CASES = ("bias", "residual", "initial_state", "output_final_state", "no activation",
              "cu_seqlens", "fp32 x")  # fmt: skip
@@ -422,7 +422,7 @@ def test_torch_compile_dynamic_two_lengths():
 
 
 def test_warmup_then_new_lengths_do_not_autotune():
-    # the dense kernels the build runs: the box module's (ideas 002-004), else idea 001's
+    # the dense kernels the build runs: the box module's (ideas 002 and later), else idea 001's
     dense = ops._box()
     if dense is None:
         from kernel_fun.cconv._kernels import strip as dense

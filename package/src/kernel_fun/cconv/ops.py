@@ -10,9 +10,9 @@ argument), `_kernels/strip2.py` (idea 002: every case of fla's causal_conv1d but
 `backend="cuda"` / `"mix"` and `cp_context`, and the decode step) and `_kernels/strip3.py`
 (idea 003: 001's dense loop and, through the `strip2` module it imports, 002's kernels for the other cases;
 the same functions as strip2), and `_kernels/strip4.py` (idea 004: 003 with an exact bf16
-sigmoid in one form). The box module, the first of strip4, strip3 and strip2 the build
-vendors, is imported on first use; while none is (`_box()` is None) only 001's case runs
-our kernels.
+sigmoid in one form). The box module (`box_modules()`: the vendored winner's module when it
+carries every case, else the first of strip4, strip3 and strip2 the build vendors) is
+imported on first use; while none is (`_box()` is None) only 001's case runs our kernels.
 
 The entry point is opaque to torch.compile (`torch.compiler.disable`) and every tensor
 operation of our path runs inside one `torch.autograd.Function`. Every launch, forward and
@@ -22,6 +22,7 @@ backward, runs under its tensors' device (`_on`), whatever the current device is
 from __future__ import annotations
 
 import contextlib
+import sys
 from typing import Any
 
 import torch
@@ -85,14 +86,33 @@ def _kernels():
     return _kernels_mod
 
 
+BOX_API = ("conv_fwd", "conv_bwd", "cconv_update", "cconv_fwd", "cconv_bwd")
+
+
+def box_modules() -> tuple[str, ...]:
+    """The modules to look for the box kernels in, in order: the module the build's vendored
+    winner takes its entry points from (`_kernels.cconv_fwd.__module__`), when it has the
+    whole box API (BOX_API; 001's dense-only module does not), then BOX_MODULES, newest
+    first. So a newly promoted idea's module is found without listing it here."""
+    try:
+        from . import _kernels
+
+        winner = sys.modules.get(_kernels.cconv_fwd.__module__)
+    except Exception:  # not vendored, or broken: import_vendored reports what fails
+        winner = None
+    if winner is None or not all(hasattr(winner, a) for a in BOX_API):
+        return BOX_MODULES
+    return (winner.__name__, *(m for m in BOX_MODULES if m != winner.__name__))
+
+
 def _box():
-    """The kernels of every case (004's strip4, else 003's strip3, else 002's strip2:
-    conv_fwd, conv_bwd, cconv_update, cconv_fwd, cconv_bwd), or None while none is vendored
-    or when the vendored one fails to import (`_box_error` then says why;
-    support.import_vendored). Looked up once."""
+    """The kernels of every case (BOX_API: the vendored winner's module when it has them,
+    else 004's strip4, 003's strip3 or 002's strip2), or None while none is vendored or when
+    the vendored one fails to import (`_box_error` then says why; support.import_vendored).
+    Looked up once."""
     global _box_mod, _box_error
     if _box_mod is False:
-        _box_mod, _box_error = support.import_vendored(FAMILY, BOX_MODULES)
+        _box_mod, _box_error = support.import_vendored(FAMILY, box_modules())
     return _box_mod
 
 
@@ -100,7 +120,10 @@ def _no_box_reason(what: str) -> str:
     """Why `what` goes to fla in a build whose box kernels are absent or broken."""
     if _box_error is not None:
         return f"{what} needs the cconv box kernels, which failed to import ({_box_error})"
-    return f"{what} needs the cconv box kernels (ideas 002-004), which this build does not include"
+    return (
+        f"{what} needs the cconv box kernels (ideas 002 and later), which this build does "
+        "not include"
+    )
 
 
 def _on(t: torch.Tensor):
