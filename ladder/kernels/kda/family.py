@@ -124,7 +124,7 @@ VENDOR = {
         "002-bwd-wide-ctas": {"kernel": "chain", "intra": "intra"},
         "003-intra-anchored-diag": {"kernel": "chain3", "intra": "intra3"},
         "004-wy-split-k": {"kernel": "chain4", "wy": "wy4"},
-        "005-wy-lean-epilogue": {"kernel": "chain5", "wy": "wy5"},
+        "005-wy-lean-epilogue": {"kernel": "chain5", "wy": "wy5", "chain": "chain_stages5"},
         "006-dhu-wide": {"kernel": "chain6", "dhu": "dhu6"},
         "007-wy-lean-dhu-wide": {"kernel": "chain7"},  # 005's wy, 006's dhu, 003's intra
     },
