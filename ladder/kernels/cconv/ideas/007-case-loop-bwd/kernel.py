@@ -354,33 +354,12 @@ if AUTOTUNE:
 # ----------------------------------------------------------------------------------------
 
 
-def cconv_fwd(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """y = silu(causal depthwise conv(x, w)): 004's dense loop, unchanged."""
-    return k4.cconv_fwd(x, w)
-
-
-def cconv_bwd(
-    x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(dx, dw) of cconv_fwd: 004's dense loop, unchanged."""
-    return k4.cconv_bwd(x, w, dy)
-
-
-def conv_fwd(
-    x: torch.Tensor,
-    w: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    residual: torch.Tensor | None = None,
-    initial_state: torch.Tensor | None = None,
-    output_final_state: bool = False,
-    activation: str | None = "silu",
-    cu_seqlens: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(y, final_state) of fla's causal_conv1d forward: idea 006's conv_fwd (arguments,
-    results and errors as box.conv_fwd, 002's)."""
-    return k6.conv_fwd(
-        x, w, bias, residual, initial_state, output_final_state, activation, cu_seqlens
-    )
+# The dense entry points, the forward of every case and the decode step are 006's (004's
+# dense loop, 006's case forward, 002's decode step).
+cconv_fwd = k6.cconv_fwd
+cconv_bwd = k6.cconv_bwd
+conv_fwd = k6.conv_fwd
+cconv_update = k6.cconv_update
 
 
 def conv_bwd(
@@ -462,18 +441,6 @@ def conv_bwd(
             VARLEN=cu_seqlens is not None, BD=128, num_warps=1,
         )  # fmt: skip
     return dx, dw, db, (dy if residual is not None else None), dh0
-
-
-def cconv_update(
-    x: torch.Tensor,
-    cache: torch.Tensor,
-    residual: torch.Tensor | None,
-    w: torch.Tensor,
-    bias: torch.Tensor | None,
-    activation: str | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """fla's causal_conv1d_update (the decode step): box.cconv_update, 002's kernel."""
-    return box.cconv_update(x, cache, residual, w, bias, activation)
 
 
 def cconv_fwd_case(x: torch.Tensor, w: torch.Tensor, opts: dict):
