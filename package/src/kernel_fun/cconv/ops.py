@@ -22,7 +22,6 @@ backward, runs under its tensors' device (`_on`), whatever the current device is
 from __future__ import annotations
 
 import contextlib
-import sys
 from typing import Any
 
 import torch
@@ -89,20 +88,41 @@ def _kernels():
 BOX_API = ("conv_fwd", "conv_bwd", "cconv_update", "cconv_fwd", "cconv_bwd")
 
 
-def box_modules() -> tuple[str, ...]:
-    """The modules to look for the box kernels in, in order: the module the build's vendored
-    winner takes its entry points from (`_kernels.cconv_fwd.__module__`), when it has the
-    whole box API (BOX_API; 001's dense-only module does not), then BOX_MODULES, newest
-    first. So a newly promoted idea's module is found without listing it here."""
-    try:
-        from . import _kernels
+def _winner_module() -> str | None:
+    """The module the vendored `_kernels` package takes its entry points from: the one its
+    generated `__init__.py` imports them from (`from .<module> import ...`, read, not
+    imported), or None when the build vendors none. (Not the entry points' `__module__`: a
+    promoted idea may hand out another idea's functions as its own.)"""
+    import ast
+    import importlib.util
+    from pathlib import Path
 
-        winner = sys.modules.get(_kernels.cconv_fwd.__module__)
-    except Exception:  # not vendored, or broken: import_vendored reports what fails
+    try:
+        spec = importlib.util.find_spec(f"{__package__}._kernels")
+        tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    except (ImportError, ValueError, AttributeError, TypeError, OSError, SyntaxError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+            return f"{__package__}._kernels.{node.module}"
+    return None
+
+
+def box_modules() -> tuple[str, ...]:
+    """The modules to look for the box kernels in, in order: the vendored winner's module
+    (`_winner_module()`) when it has the whole box API (BOX_API; 001's dense-only module does
+    not), then BOX_MODULES, newest first. So a newly promoted idea's module is found without
+    listing it here."""
+    import importlib
+
+    name = _winner_module()
+    try:
+        winner = importlib.import_module(name) if name else None
+    except Exception:  # broken: import_vendored reports it when it reaches that module
         winner = None
     if winner is None or not all(hasattr(winner, a) for a in BOX_API):
         return BOX_MODULES
-    return (winner.__name__, *(m for m in BOX_MODULES if m != winner.__name__))
+    return (name, *(m for m in BOX_MODULES if m != name))
 
 
 def _box():
