@@ -434,6 +434,17 @@ def test_head_size_above_256_goes_to_fla(in_box, fla_rec):
     assert not ok and "K=264" in reason
 
 
+def test_value_size_above_512_goes_to_fla(in_box, fla_rec):
+    """The WY stage holds a chunk's V in one program and raises beyond 512: such a call must
+    go to fla at the gate, not fail in the backward."""
+    tensors, kw = _inputs(V=520)
+    ok, reason = is_supported(*tensors, **kw)
+    assert not ok and "V=520" in reason
+    assert chunk_kda(*tensors, **kw) is fla_rec.result
+    tensors, kw = _inputs(V=512)
+    assert is_supported(*tensors, **kw) == (True, "supported")
+
+
 def test_cpu_tensors_go_to_fla_with_a_device_reason(fla_rec):
     tensors, kw = _inputs()
     ok, reason = is_supported(*tensors, **kw)

@@ -52,6 +52,7 @@ FAMILY = "kda"
 SUPPORTED_DTYPES = (torch.bfloat16,)
 PARAM_DTYPE = torch.float32  # A_log, dt_bias, initial_state
 MAX_K = 256
+MAX_V = 512  # the promoted WY stage holds one chunk's V in one program (wy.kda_bwd_wy)
 CHUNK_SIZE = 64
 # the chain and its stages were checked and timed on sm90 only
 TESTED_ARCHS: frozenset[tuple[int, int]] = frozenset({(9, 0)})
@@ -75,7 +76,7 @@ L2NORM_ROWS_PER_BUCKET = 65536  # fla 0.6.0's l2norm: NB = cdiv(rows, 2048 * 32)
 FLA_PARAMETERS: dict[str, str] = {
     "q": "ours: [B, T, H, K] bf16 CUDA tensor, K <= 256",
     "k": "ours: [B, T, H, K] bf16, q's shape",
-    "v": "ours: [B, T, HV, V] bf16, HV a multiple of H",
+    "v": "ours: [B, T, HV, V] bf16, HV a multiple of H, V <= 512",
     "g": "ours: [B, T, HV, K] bf16 raw gate input",
     "beta": "ours: [B, T, HV] bf16 raw logits",
     "scale": "ours: None (K ** -0.5) or a number",
@@ -245,6 +246,8 @@ def _classify(
         return "empty input"
     if K > MAX_K:
         return f"head size K={K} is not supported (K <= {MAX_K})"
+    if V > MAX_V:
+        return f"value size V={V} is not supported (V <= {MAX_V})"
 
     A_log, dt_bias = kwargs.get("A_log"), kwargs.get("dt_bias")
     for name, t, n in (("A_log", A_log, HV), ("dt_bias", dt_bias, HV * K)):
