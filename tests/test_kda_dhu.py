@@ -106,3 +106,47 @@ def test_dhu_wrapper_matches_flas_own_in_the_interpreter() -> None:
         for name, err in per.items():
             # the same kernel in fp32 on the same inputs: only the V tiling differs
             assert err < 1e-6, (case, name, err)
+
+
+@pytest.mark.slow
+def test_the_fixed_launch_fits_an_h200_sm_up_to_its_max_k() -> None:
+    """fla's kernel at kda/006's launch (KDA_DHU_* defaults), compiled for sm90 on the CPU
+    with the chain's flags: its shared memory fits the H200's 227 KiB per block at K <=
+    dhu.MAX_K, and not at K 192, which is why wider K goes to fla's autotuned wrapper (a
+    direct launch that does not fit fails with OutOfResources on the GPU)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    sys.path.insert(0, str(REPO))
+    from fla.ops.common.chunk_delta_h import chunk_gated_delta_rule_bwd_kernel_dhu_blockdim64
+    from ladder.kernels.kda.ideas.i006 import dhu
+
+    import ladder  # noqa: F401  (the idea import finder)
+
+    fn = dhu._jit(chunk_gated_delta_rule_bwd_kernel_dhu_blockdim64)
+    pointers = ("q", "k", "w", "g", "gk", "dht", "dh0", "do", "dh", "dv", "dv2",
+                "cu_seqlens", "chunk_offsets")  # fmt: skip
+    types = {n: "*bf16" for n in pointers} | {"gk": "*fp32", "dht": "*fp32", "dh0": "*fp32",
+             "g": "*fp32", "cu_seqlens": "*i64", "chunk_offsets": "*i64", "scale": "fp32",
+             "T": "i32"}  # fmt: skip
+
+    def shared(K: int) -> int:
+        consts = dict(H=16, HV=16, K=K, V=256, BT=64, BV=dhu.BV, USE_G=False, USE_GK=True,
+                      USE_INITIAL_STATE=True, USE_FINAL_STATE_GRADIENT=True,
+                      STATE_V_FIRST=True, IS_VARLEN=False)  # fmt: skip
+        sig = {n: "constexpr" if n in consts else types[n] for n in fn.arg_names}
+        attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in pointers}
+        src = ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
+        try:
+            k = triton.compile(
+                src, target=GPUTarget("cuda", 90, 32),
+                options={"num_warps": dhu.NUM_WARPS, "num_stages": dhu.NUM_STAGES},
+            )  # fmt: skip
+        except FileNotFoundError as exc:
+            pytest.skip(f"this Triton has no sm90 tools: {exc}")
+        return k.metadata.shared
+
+    limit = 227 * 1024
+    assert shared(dhu.MAX_K) <= limit
+    assert shared(192) > limit

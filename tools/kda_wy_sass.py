@@ -3,7 +3,9 @@
     python tools/kda_wy_sass.py 004 005 --launch 64,64,4,2 --launch 64,64,4,2,168
 
 For each idea (one with ``wy.kda_bwd_wy_kernel``: kda/004 and later) and each launch
-(BK, BV, warps, stages[, maxnreg]), Triton compiles the kernel for sm90 at prod's sizes
+(BK, BV, warps, stages[, maxnreg]; stages is the V loop's, the KDA_WY_STAGES knob, and the
+kernel's other loops take Triton's default of 3, as the ideas' wrappers launch it), Triton
+compiles the kernel for sm90 at prod's sizes
 (H = HV = 16, K 128, V 256, bf16 activations, fp32 gate, dense batch) and Triton's own
 `cuobjdump` reads the cubin: registers per thread, stack (spill) bytes per thread, shared
 memory per program, the static SASS instruction count (not a dynamic count) and how many
@@ -57,7 +59,9 @@ def compile_wy(idea: str, bk: int, bv: int, warps: int, stages: int, maxnreg: in
     sig = {n: "constexpr" if n in consts else types[n] for n in fn.arg_names}
     attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in POINTERS}
     src = ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
-    options = {"num_warps": warps, "num_stages": stages}
+    # as the ideas' wrappers launch it: num_warps (and maxnreg) only, so Triton's default of 3
+    # stages for the kernel's other loops; the knob's stages go to the V loop (NUM_STAGES)
+    options = {"num_warps": warps, "num_stages": 3}
     if maxnreg:
         options["maxnreg"] = maxnreg
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)

@@ -19,7 +19,7 @@ As in kda/004 (``../004-wy-split-k/wy.py``), each chunk's K is split over NK pro
 columns that each walk V once, and the last program of a chunk to finish adds the parts of
 dA and db in a fixed order. What changes is the epilogue after the V loop, which in kda/004
 fills the registers (aligned static sm90 compile at BK 64, BV 64, 4 warps: 255 registers and
-496 bytes of stack per thread, against 162 for the loop alone; ``../004-wy-split-k/NOTES.md``):
+488 bytes of stack per thread, against 162 for the loop alone; ``../004-wy-split-k/NOTES.md``):
 
 - Two passes. The first finishes dq, dk0 and the dg terms that need only them, stores dq,
   dk0 (into dk) and dg, and releases the dq and dk accumulators. After a CTA barrier the

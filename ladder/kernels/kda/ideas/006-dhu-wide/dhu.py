@@ -10,7 +10,12 @@ at that configuration directly: no autotuner, so also no tuning at a new T or pa
 length. The wrapper is fla's ``chunk_gated_delta_rule_bwd_dhu`` (the non-graph path) with
 the kernel's heuristics evaluated here.
 
-Env knobs: KDA_DHU_BV (32 or 64), KDA_DHU_WARPS, KDA_DHU_STAGES.
+The fixed launch holds K in registers and shared memory as fla's kernel does: at BV 64 and
+3 stages it needs 200 KiB of shared memory at K 128, 272 KiB at K 192 and 344 KiB at
+K 256, past the H200's 227 KiB (static sm90 compiles). So K above MAX_K goes to fla's
+wrapper, whose autotuner skips what does not fit.
+
+Env knobs: KDA_DHU_BV (32 or 64), KDA_DHU_WARPS, KDA_DHU_STAGES (for K <= MAX_K).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import triton
 BV = int(os.environ.get("KDA_DHU_BV", "64"))
 NUM_WARPS = int(os.environ.get("KDA_DHU_WARPS", "8"))
 NUM_STAGES = int(os.environ.get("KDA_DHU_STAGES", "3"))
+MAX_K = 128  # the widest K the fixed launch was compiled and sized for
 
 
 def _jit(kernel):
@@ -42,9 +48,12 @@ def bwd_dhu(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens=None, chunk_indices=
     [B, NT, HV, V, K] in q's dtype, dh0 like h0 in fp32 (or None), dv2 like dv.
 
     q, k: [B, T, H, K]; w, gk: [B, T, HV, K]; do, dv: [B, T, HV, V]; h0, dht: [N, HV, V, K]
-    fp32 or None. Raises ValueError for K > 256 (the kernel holds K in four 64-wide blocks)
-    or a packed batch with B != 1."""
-    from fla.ops.common.chunk_delta_h import chunk_gated_delta_rule_bwd_kernel_dhu_blockdim64
+    fp32 or None. K above MAX_K runs fla's wrapper (module docstring). Raises ValueError for
+    K > 256 (the kernel holds K in four 64-wide blocks) or a packed batch with B != 1."""
+    from fla.ops.common.chunk_delta_h import (
+        chunk_gated_delta_rule_bwd_dhu,
+        chunk_gated_delta_rule_bwd_kernel_dhu_blockdim64,
+    )
     from fla.ops.utils import prepare_chunk_indices, prepare_chunk_offsets
 
     B, T, H, K = q.shape
@@ -52,6 +61,12 @@ def bwd_dhu(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens=None, chunk_indices=
     BT = chunk_size
     if K > 256:
         raise ValueError(f"K {K} > 256: the state-gradient kernel holds at most 4 blocks of 64")
+    if K > MAX_K:
+        return chunk_gated_delta_rule_bwd_dhu(
+            q=q, k=k, w=w, gk=gk, h0=h0, dht=dht, do=do, dv=dv, scale=scale,
+            cu_seqlens=cu_seqlens, chunk_size=chunk_size, chunk_indices=chunk_indices,
+            state_v_first=True,
+        )  # fmt: skip
     if cu_seqlens is None:
         N, NT, chunk_offsets = B, triton.cdiv(T, BT), None
     else:
