@@ -33,7 +33,9 @@ SCRIPT = textwrap.dedent(
     from ladder.kernels.cconv.ideas.i007 import kernel as k7
     from ladder.kernels.cconv.ideas.i002 import kernel as box
 
+    import os
     assert k6.CASE_FWD and k7.CASE_BWD and not k6.k4.FAST_SIGMOID
+    assert box.FIXED_G == k7.FIXED_G == int(os.environ["CCONV_FIXED_G"])
     out = []
     # sequence ends at 36 and 76 fall inside 8-row segments, at the start of a 4-row group
     lens = [1, 30, 2, 3, 40, 9, 17, 1, 64]
@@ -84,7 +86,9 @@ SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_case_loops_are_bitwise_002s_in_the_interpreter() -> None:
+@pytest.mark.parametrize("rows", ["4", "8"])
+def test_case_loops_are_bitwise_002s_in_the_interpreter(rows: str) -> None:
+    """rows: the fixed configuration's rows per loop step (G), one 4-row group or two."""
     env = {
         **os.environ,
         "TRITON_INTERPRET": "1",
@@ -92,6 +96,7 @@ def test_case_loops_are_bitwise_002s_in_the_interpreter() -> None:
         "CCONV_AUTOTUNE": "0",
         "CCONV_CASE_FWD": "1",
         "CCONV_CASE_BWD": "1",
+        "CCONV_FIXED_G": rows,
         "PYTHONPATH": f"{REPO}:{REPO / 'package/src'}",
     }
     proc = subprocess.run(

@@ -1,5 +1,6 @@
 """tools/kda_wy_sass.py (static sm90 compiles of kda ideas' WY kernel, CPU) and the CPU side
-of tools/kda_wy_bench.py (its argument checks; the timing itself needs the H200)."""
+of tools/kda_stage_bench.py (its argument checks, for the WY and the state-gradient stage;
+the timing itself needs the H200)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ pytest.importorskip("triton")
 
 def _bench(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "kda_wy_bench.py"), *args],
+        [sys.executable, str(ROOT / "tools" / "kda_stage_bench.py"), *args],
         capture_output=True, text=True, cwd=ROOT,
     )  # fmt: skip
 
@@ -68,18 +69,25 @@ def test_sass_tool_refuses_an_idea_without_the_kernel() -> None:
     ],
 )
 def test_bench_parse_launch_names_what_is_wrong(spec: str, message: str) -> None:
-    import kda_wy_bench
+    import kda_stage_bench
 
     with pytest.raises(ValueError, match=message):
-        kda_wy_bench.parse_launch(spec)
+        kda_stage_bench.parse_launch(spec)
 
 
 def test_bench_parse_launch_maps_knobs() -> None:
-    import kda_wy_bench
+    import kda_stage_bench
 
-    assert kda_wy_bench.parse_launch("32,64,4,2,168") == dict(
+    assert kda_stage_bench.parse_launch("32,64,4,2,168") == dict(
         BK=32, BV=64, NUM_WARPS=4, NUM_STAGES=2, MAXNREG=168
     )
+    assert kda_stage_bench.parse_launch("64,8,3", "dhu") == dict(BV=64, NUM_WARPS=8, NUM_STAGES=3)
+    # the knob globals the tool sets are the ones the ideas' modules read
+    from ladder.kernels.kda.ideas.i005 import wy
+    from ladder.kernels.kda.ideas.i006 import dhu
+
+    assert all(hasattr(wy, n) for n in kda_stage_bench.KNOBS["wy"])
+    assert all(hasattr(dhu, n) for n in kda_stage_bench.KNOBS["dhu"])
 
 
 @pytest.mark.parametrize(
@@ -87,6 +95,10 @@ def test_bench_parse_launch_maps_knobs() -> None:
     [
         (["004", "--launch", "64,64,4,2,168"], "no maxnreg knob"),
         (["009"], "has no wy.py"),
+        (["005", "--stage", "dhu"], "has no dhu.py"),
+        (["006", "--stage", "dhu", "--launch", "64,8"], "three positive ints"),
+        (["006", "--stage", "dhu", "--launch", "48,8,3"], "BV 48 is not a power of two"),
+        (["006", "--stage", "bogus"], "wy or dhu"),
         (["005", "--T", "100"], "not a multiple of 64"),
         (["005", "--HV", "24"], "not a multiple of H"),
         (["005", "--launch", "64,64"], "four or five"),

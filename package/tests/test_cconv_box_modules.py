@@ -4,6 +4,8 @@ by hand (a stale list would keep running the previous idea's case kernels, silen
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
 import sys
 import types
 
@@ -54,3 +56,36 @@ def test_this_build_takes_the_module_its_init_imports_from():
     has_api = all(hasattr(winner, a) for a in ops.BOX_API)
     assert ops.box_modules()[:1] == ((name,) if has_api else ops.BOX_MODULES[:1])
     assert len(set(ops.box_modules())) == len(ops.box_modules())
+
+
+def test_a_broken_winner_is_tried_first_so_its_error_is_reported(monkeypatch):
+    """A vendored winner that fails to import must not be skipped for an older module's
+    kernels: it comes first, import_vendored reports its error, and calls go to fla."""
+    name = "kernel_fun.cconv._kernels.strip_broken"
+
+    class _Boom(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname, path=None, target=None):
+            if fullname == name:
+                raise ImportError("broken build")
+            return None
+
+    monkeypatch.setattr(sys, "meta_path", [_Boom(), *sys.meta_path])
+    monkeypatch.setattr(ops, "_winner_module", lambda: name)
+    assert ops.box_modules()[0] == name
+    monkeypatch.setattr(ops, "_box_mod", False)
+    monkeypatch.setattr(ops, "_box_error", None)
+    assert ops._box() is None and "broken build" in ops._box_error
+
+
+def test_an_unreadable_init_is_said_and_leaves_the_list(monkeypatch, tmp_path, caplog):
+    from importlib.machinery import ModuleSpec
+
+    from kernel_fun._common import support
+
+    support._reset_for_tests()
+    spec = ModuleSpec("kernel_fun.cconv._kernels", None, origin=str(tmp_path / "missing.py"))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: spec)
+    with caplog.at_level("WARNING", logger="kernel_fun"):
+        assert ops._winner_module() is None
+    assert "cannot read the vendored kernels' __init__.py" in caplog.text
+    support._reset_for_tests()

@@ -22,6 +22,7 @@ backward, runs under its tensors' device (`_on`), whatever the current device is
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import Any
 
 import torch
@@ -99,8 +100,18 @@ def _winner_module() -> str | None:
 
     try:
         spec = importlib.util.find_spec(f"{__package__}._kernels")
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None  # not vendored
+    try:
         tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
-    except (ImportError, ValueError, AttributeError, TypeError, OSError, SyntaxError):
+    except (AttributeError, TypeError, OSError, SyntaxError, UnicodeDecodeError) as exc:
+        support.log_once(
+            f"kernel-fun {FAMILY}: cannot read the vendored kernels' __init__.py ({exc}); the "
+            "case kernels are looked up among the known modules only",
+            logging.WARNING,
+        )
         return None
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
@@ -116,11 +127,15 @@ def box_modules() -> tuple[str, ...]:
     import importlib
 
     name = _winner_module()
+    if name is None:
+        return BOX_MODULES
     try:
-        winner = importlib.import_module(name) if name else None
-    except Exception:  # broken: import_vendored reports it when it reaches that module
-        winner = None
-    if winner is None or not all(hasattr(winner, a) for a in BOX_API):
+        winner = importlib.import_module(name)
+    except Exception:
+        # a broken winner: tried first, so import_vendored reports it and calls go to fla,
+        # rather than an older module's kernels running in its place
+        return (name, *(m for m in BOX_MODULES if m != name))
+    if not all(hasattr(winner, a) for a in BOX_API):
         return BOX_MODULES
     return (name, *(m for m in BOX_MODULES if m != name))
 

@@ -1,0 +1,250 @@
+"""Time one backward stage of kda ideas against fla's, stage alone (on the H200).
+
+    python tools/kda_stage_bench.py 004 005 --launch 64,64,4,2 --launch 32,64,4,2,168 \
+        --out out/kda-wy-bench.json
+    python tools/kda_stage_bench.py 006 --stage dhu --launch 64,8,3 --launch 32,4,3 \
+        --out out/kda-dhu-bench.json
+
+A whole-op bench re-runs fla's autotuned chain for every launch tried; this tool times one
+stage on random inputs of its shapes and dtypes at one problem size (default prod: B16
+T8192 H16 K128 V256, dense):
+
+- `--stage wy` (default): the fused WY / dq / dk / dg stage, the largest part of what
+  separates the ideas' backward passes (ladder/kernels/kda/ideas/004-wy-split-k/NOTES.md).
+  fla 0.6.0's ``chunk_kda_bwd_wy_dqkg_fused`` (state_v_first) against each idea's
+  ``wy.kda_bwd_wy`` at each launch: BK, BV, warps, stages[, maxnreg].
+- `--stage dhu`: the state-gradient stage, with an initial state and a final-state
+  gradient. fla's ``chunk_gated_delta_rule_bwd_dhu`` (state_v_first) against each idea's
+  ``dhu.bwd_dhu`` at each launch: BV, warps, stages.
+
+fla's function is autotuned at that size in this process on its first call. The launch is
+set through the idea module's knob globals for the call (the same values its knobs give at
+import); a maxnreg on an idea without that knob is refused.
+
+Per row: the median ms of ``triton.testing.do_bench``, whether two calls gave bitwise equal
+outputs (a kernel with a race shows here, not in an error against the oracle), and the
+largest relative L2 difference of any output from fla's on the same inputs. A launch is a
+lead for a ladder bench, not a record. Exit status: 0 done; 1 an idea's outputs differ
+from fla's by more than 1e-2 or are not deterministic; 2 usage error or no CUDA GPU.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import typer  # noqa: E402
+from outpath import out_problem  # noqa: E402
+
+OUTPUTS = {"wy": ("dq", "dk", "dv2", "db", "dg", "dA"), "dhu": ("dh", "dh0", "dv2")}
+MAX_REL = 1e-2  # bf16 operands in both kernels' products: 1e-3 is typical (004's NOTES)
+KNOBS = {
+    "wy": ("BK", "BV", "NUM_WARPS", "NUM_STAGES", "MAXNREG"),
+    "dhu": ("BV", "NUM_WARPS", "NUM_STAGES"),
+}
+MODULES = {"wy": "wy", "dhu": "dhu"}
+
+
+def parse_launch(spec: str, stage: str = "wy") -> dict[str, int]:
+    """The stage's knob globals from a launch string: wy "BK,BV,warps,stages[,maxnreg]" ->
+    {"BK", "BV", "NUM_WARPS", "NUM_STAGES"[, "MAXNREG"]}; dhu "BV,warps,stages" -> {"BV",
+    "NUM_WARPS", "NUM_STAGES"}. ValueError naming what is wrong."""
+    form = "BK,BV,warps,stages[,maxnreg]" if stage == "wy" else "BV,warps,stages"
+    counts = (4, 5) if stage == "wy" else (3,)
+    try:
+        parts = [int(p) for p in spec.split(",")]
+    except ValueError:
+        raise ValueError(f"--launch {spec!r}: integers {form}") from None
+    if len(parts) not in counts or min(parts) < 1:
+        what = "four or five" if stage == "wy" else "three"
+        raise ValueError(f"--launch {spec!r}: {what} positive ints, {form}")
+    names = ("BK", "BV", "warps") if stage == "wy" else ("BV", "warps")
+    for name, n in zip(names, parts):
+        if n & (n - 1):
+            raise ValueError(f"--launch {spec!r}: {name} {n} is not a power of two")
+    return dict(zip(KNOBS[stage], parts))
+
+
+def inputs(B: int, T: int, H: int, HV: int, K: int, V: int, device: str = "cuda") -> dict:
+    """Random inputs of the stage at one size: L2-normalised q, k; a chunk-local cumulative
+    gate in log2 units (about -0.05 per token); A unit lower-triangular per chunk."""
+    import torch
+
+    gen = torch.Generator(device=device).manual_seed(0)
+    NT = T // 64
+
+    def rn(*shape, s=1.0):
+        return (torch.randn(*shape, device=device, generator=gen) * s).to(torch.bfloat16)
+
+    q = torch.nn.functional.normalize(torch.randn(B, T, H, K, device=device, generator=gen), dim=-1)
+    k = torch.nn.functional.normalize(torch.randn(B, T, H, K, device=device, generator=gen), dim=-1)
+    g = -0.1 * torch.rand(B, NT, 64, HV, K, device=device, generator=gen)
+    g = g.cumsum(2).view(B, T, HV, K)
+    t = torch.arange(64, device=device)
+    lower = (t[None, :] < t[:, None]).to(torch.float)  # strictly below the diagonal
+    A = torch.randn(B, NT, HV, 64, 64, device=device, generator=gen) * 0.1 * lower + torch.eye(
+        64, device=device
+    )
+    A = A.permute(0, 1, 3, 2, 4).reshape(B, T, HV, 64).to(torch.bfloat16).contiguous()
+    return dict(
+        q=q.to(torch.bfloat16), k=k.to(torch.bfloat16), v=rn(B, T, HV, V), v_new=rn(B, T, HV, V),
+        g=g, beta=torch.rand(B, T, HV, device=device, generator=gen).to(torch.bfloat16), A=A,
+        h=rn(B * NT, HV, V, K, s=0.5), do=rn(B, T, HV, V), dh=rn(B * NT, HV, V, K, s=0.5),
+        dv=rn(B, T, HV, V), scale=K**-0.5,
+    )  # fmt: skip
+
+
+def rel(a: Any, b: Any) -> float:
+    """Relative L2 difference of a from b (in float64)."""
+    d = (a.double() - b.double()).norm().item()
+    n = b.double().norm().item()
+    return d / n if n > 0 else (0.0 if d == 0 else math.inf)
+
+
+def _usage(message: str) -> None:
+    typer.echo(f"kda_stage_bench: error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def _stage_calls(stage: str, x: dict, B: int, H: int, HV: int, K: int, V: int):
+    """(fla's call, ours(mod) -> outputs) for the stage on the inputs x."""
+    import torch
+
+    if stage == "wy":
+        from fla.ops.kda.chunk_bwd import chunk_kda_bwd_wy_dqkg_fused
+
+        names = ("q", "k", "v", "v_new", "g", "beta", "A", "h", "do", "dh", "dv")
+        args = [x[n] for n in names]
+
+        def fla_call():
+            return chunk_kda_bwd_wy_dqkg_fused(*args, scale=x["scale"], state_v_first=True)
+
+        def ours(mod):
+            return mod.kda_bwd_wy(*args, x["scale"])
+
+        return fla_call, ours
+    from fla.ops.common.chunk_delta_h import chunk_gated_delta_rule_bwd_dhu
+
+    T = x["q"].shape[1]
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    qg = (x["q"].float().repeat_interleave(HV // H, 2) * torch.exp2(x["g"])).to(torch.bfloat16)
+    kg = (x["k"].float().repeat_interleave(HV // H, 2) * torch.exp2(x["g"])).to(torch.bfloat16)
+    w = (torch.randn(B, T, HV, K, device="cuda", generator=gen) * 0.1).to(torch.bfloat16)
+    h0 = torch.randn(B, HV, V, K, device="cuda", generator=gen)
+    dht = torch.randn(B, HV, V, K, device="cuda", generator=gen)
+
+    def fla_call():
+        return chunk_gated_delta_rule_bwd_dhu(
+            q=qg, k=kg, w=w, gk=x["g"], h0=h0, dht=dht, do=x["do"], dv=x["dv"],
+            scale=x["scale"], state_v_first=True,
+        )  # fmt: skip
+
+    def ours(mod):
+        return mod.bwd_dhu(qg, kg, w, x["do"], x["dv"], x["g"], h0, dht, x["scale"])
+
+    return fla_call, ours
+
+
+def main(
+    ideas: list[str] = typer.Argument(..., help="kda idea numbers with the stage, e.g. 004 005"),
+    stage: str = typer.Option("wy", help="wy (the fused WY stage) or dhu (the state gradient)"),
+    launch: list[str] = typer.Option(
+        None, help="wy: BK,BV,warps,stages[,maxnreg]; dhu: BV,warps,stages (repeatable)"
+    ),
+    out: Path = typer.Option(Path("out/kda-stage-bench.json"), help="the JSON report"),
+    B: int = typer.Option(16, min=1),
+    T: int = typer.Option(8192, min=64),
+    H: int = typer.Option(16, min=1),
+    HV: int = typer.Option(16, min=1),
+    K: int = typer.Option(128, min=1, max=256),
+    V: int = typer.Option(256, min=1, max=512),
+) -> None:
+    """Time each idea's stage at each launch against fla's, stage alone."""
+    if stage not in KNOBS:
+        _usage(f"--stage {stage!r}: wy or dhu")
+    launch = launch or (["64,64,4,2"] if stage == "wy" else ["64,8,3"])
+    try:
+        launches = [parse_launch(spec, stage) for spec in launch]
+    except ValueError as exc:
+        _usage(str(exc))
+    if T % 64:
+        _usage(f"T {T} is not a multiple of 64 (the stage's chunk)")
+    if HV % H:
+        _usage(f"HV {HV} is not a multiple of H {H}")
+    problem = out_problem(out, "kda-stage-bench.json")
+    if problem:
+        _usage(problem)
+    import ladder  # noqa: F401  (the idea import finder)
+
+    mods = {}
+    for idea in ideas:
+        name = f"ladder.kernels.kda.ideas.i{idea}.{MODULES[stage]}"
+        try:
+            mods[idea] = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            _usage(f"kda idea {idea} has no {MODULES[stage]}.py ({exc})")
+        for lp in launches:
+            if "MAXNREG" in lp and not hasattr(mods[idea], "MAXNREG"):
+                _usage(f"kda idea {idea} has no maxnreg knob; drop the fifth value of --launch")
+    import torch
+
+    if not torch.cuda.is_available():
+        _usage("no CUDA GPU (run it on the H200)")
+    import triton
+
+    fla_call, ours_of = _stage_calls(stage, inputs(B, T, H, HV, K, V), B, H, HV, K, V)
+    ref = fla_call()  # autotunes here
+    fla_ms = triton.testing.do_bench(fla_call)
+    typer.echo(f"fla {stage} B{B} T{T} H{H} HV{HV} K{K} V{V}: {fla_ms:.3f} ms")
+    rows, bad = [], False
+    for lp in launches:
+        for idea, mod in mods.items():
+            saved = {n: getattr(mod, n) for n in KNOBS[stage] if hasattr(mod, n)}
+            for n in saved:
+                setattr(mod, n, lp.get(n, 0 if n == "MAXNREG" else saved[n]))
+            try:
+
+                def ours(mod=mod):
+                    return ours_of(mod)
+
+                a, b = ours(), ours()
+                same = all((p is None and q is None) or torch.equal(p, q) for p, q in zip(a, b))
+                diffs = {n: rel(p, r) for n, p, r in zip(OUTPUTS[stage], a, ref) if r is not None}
+                del a, b
+                ms = triton.testing.do_bench(ours)
+            finally:
+                for n, val in saved.items():
+                    setattr(mod, n, val)
+            worst = max(diffs, key=diffs.get)
+            ok = same and diffs[worst] <= MAX_REL
+            bad |= not ok
+            row = dict(idea=idea, **lp, ms=ms, fla_ms=fla_ms, deterministic=same, rel_diff=diffs)
+            rows.append(row)
+            typer.echo(
+                f"{idea} {','.join(str(v) for v in lp.values())}: {ms:.3f} ms ({fla_ms / ms:.2f}x "
+                f"fla), deterministic {same}, largest difference from fla {diffs[worst]:.1e} "
+                f"({worst}){'' if ok else '  <- FAILS'}"
+            )
+    report = dict(
+        tool="kda_stage_bench", stage=stage, device=torch.cuda.get_device_name(),
+        host=platform.node(),
+        versions=dict(torch=torch.__version__, triton=triton.__version__,
+                      fla=importlib.import_module("fla").__version__),
+        shape=dict(B=B, T=T, H=H, HV=HV, K=K, V=V), fla_ms=fla_ms, rows=rows,
+    )  # fmt: skip
+    out.write_text(json.dumps(report, indent=1) + "\n")
+    typer.echo(f"wrote {out}")
+    if bad:
+        raise typer.Exit(1)
+
+
+if __name__ == "__main__":
+    typer.run(main)
