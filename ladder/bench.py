@@ -205,11 +205,14 @@ def run_bench(
     prepared: PreparedIdea = prepare_idea(opts.family, opts.idea, opts.knobs, opts.root, load=False)
     why = rt.unavailable()
     if why:
-        raise NoGpu(
-            f"`ladder bench` needs a CUDA GPU ({why}); run it on the GPU machine, or check "
-            f"correctness here with `python -m ladder check {opts.family} {prepared.folder} "
-            f"--interpret`"
+        no_interp = getattr(fam, "NO_INTERPRETER", None)
+        here = (
+            f"since this family cannot run on the CPU interpreter ({no_interp})"
+            if no_interp
+            else f"or check correctness here with `python -m ladder check {opts.family} "
+            f"{prepared.folder} --interpret`"
         )
+        raise NoGpu(f"`ladder bench` needs a CUDA GPU ({why}); run it on the GPU machine, {here}")
     git = git_state(opts.root or paths.repo_root(), allow_dirty=opts.allow_dirty)
     idea_dir = prepared.idea_dir
     # The folder the record goes to must be writable now, not after minutes of measuring.

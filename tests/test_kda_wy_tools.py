@@ -93,8 +93,8 @@ def test_bench_parse_launch_maps_knobs() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["004", "--launch", "64,64,4,2,168"], "no maxnreg knob"),
-        (["009"], "has no wy.py"),
+        (["009"], "no idea '009'"),
+        (["006"], "has no wy.py of its own"),
         (["005", "--stage", "dhu"], "has no dhu.py"),
         (["006", "--stage", "dhu", "--launch", "64,8"], "three positive ints"),
         (["006", "--stage", "dhu", "--launch", "48,8,3"], "BV 48 is not a power of two"),
@@ -110,6 +110,16 @@ def test_bench_usage_errors_exit_2_before_any_gpu_work(
     proc = _bench(*args, "--out", str(tmp_path / "r.json"))
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
     assert not (tmp_path / "r.json").exists()
+
+
+def test_bench_creates_no_folder_when_it_cannot_run(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the bench would run")
+    proc = _bench("005", "--out", str(tmp_path / "new" / "dir" / "r.json"))
+    assert proc.returncode == 2 and "no CUDA GPU" in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "new").exists()
 
 
 def test_bench_refuses_an_out_folder(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ T8192 H16 K128 V256, dense):
 
 fla's function is autotuned at that size in this process on its first call. The launch is
 set through the idea module's knob globals for the call (the same values its knobs give at
-import); a maxnreg on an idea without that knob is refused.
+import); a launch with a maxnreg is skipped for an idea without that knob.
 
 Per row: the median ms of ``triton.testing.do_bench``, whether two calls gave bitwise equal
 outputs (a kernel with a race shows here, not in an error against the oracle), and the
@@ -179,25 +179,30 @@ def main(
         _usage(f"T {T} is not a multiple of 64 (the stage's chunk)")
     if HV % H:
         _usage(f"HV {HV} is not a multiple of H {H}")
-    problem = out_problem(out, "kda-stage-bench.json")
-    if problem:
-        _usage(problem)
-    import ladder  # noqa: F401  (the idea import finder)
+    if out.is_dir():  # the rest of the --out check creates folders: after the GPU check
+        _usage(out_problem(out, "kda-stage-bench.json"))
+    from ladder import paths
 
     mods = {}
     for idea in ideas:
-        name = f"ladder.kernels.kda.ideas.i{idea}.{MODULES[stage]}"
         try:
-            mods[idea] = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            _usage(f"kda idea {idea} has no {MODULES[stage]}.py ({exc})")
-        for lp in launches:
-            if "MAXNREG" in lp and not hasattr(mods[idea], "MAXNREG"):
-                _usage(f"kda idea {idea} has no maxnreg knob; drop the fifth value of --launch")
+            folder = paths.resolve_idea("kda", idea)
+        except paths.UnknownIdea as exc:
+            _usage(str(exc).splitlines()[0])
+        stem = MODULES[stage]
+        if not (paths.family_dir("kda") / "ideas" / folder / f"{stem}.py").is_file():
+            _usage(
+                f"kda idea {folder} has no {stem}.py of its own (an idea that imports another "
+                f"idea's {stem}.py: bench that idea)"
+            )
+        mods[idea] = importlib.import_module(f"ladder.kernels.kda.ideas.i{folder[:3]}.{stem}")
     import torch
 
     if not torch.cuda.is_available():
         _usage("no CUDA GPU (run it on the H200)")
+    problem = out_problem(out, "kda-stage-bench.json")
+    if problem:
+        _usage(problem)
     import triton
 
     fla_call, ours_of = _stage_calls(stage, inputs(B, T, H, HV, K, V), B, H, HV, K, V)
@@ -207,6 +212,11 @@ def main(
     rows, bad = [], False
     for lp in launches:
         for idea, mod in mods.items():
+            if "MAXNREG" in lp and not hasattr(mod, "MAXNREG"):
+                typer.echo(
+                    f"{idea} {','.join(str(v) for v in lp.values())}: skipped (no maxnreg knob)"
+                )
+                continue
             saved = {n: getattr(mod, n) for n in KNOBS[stage] if hasattr(mod, n)}
             for n in saved:
                 setattr(mod, n, lp.get(n, 0 if n == "MAXNREG" else saved[n]))
