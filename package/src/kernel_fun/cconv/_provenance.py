@@ -3,7 +3,7 @@
 """Where kernel_fun.cconv._kernels came from. Literals only: tools/drift.py reads them
 with ast.literal_eval and never imports this module."""
 
-SOURCE_COMMIT = "c0d3e22dbf983ffd6bcfa2076344d76efb409c4f"
+SOURCE_COMMIT = "65c0cfda6f391795c870567d4a52ff9b472f820a"
 RECORD = {
     "idea": "004-exact-sigmoid",
     "record_id": "20261201T001833Z-f1b512bd",
@@ -24,9 +24,9 @@ SOURCE_FILES = {
     "ladder/kernels/cconv/ideas/004-exact-sigmoid/kernel.py": "fba8aa543ee368e44d043c064ad99495e71260a07486d2c08c32d1b4972e85e9",
 }
 OUTPUT_FILES = {
-    "package/src/kernel_fun/cconv/_kernels/__init__.py": "717b4149010fe07d2655d332cce298b9151cccb93df73bfdd9d9723917fb68a1",
-    "package/src/kernel_fun/cconv/_kernels/strip2.py": "fe6dd754e3a5f9dffd48e0bd9749df7083869b20ba9f92451d73a10389ff4d89",
-    "package/src/kernel_fun/cconv/_kernels/strip4.py": "d26a61bcd32091235086b8554e89380ea73d29006166e179c94e71e785983c56",
+    "package/src/kernel_fun/cconv/_kernels/__init__.py": "340a0f27db46afa53c9381c55cf2da42b7589ea735fef9d7320987f92a91523e",
+    "package/src/kernel_fun/cconv/_kernels/strip2.py": "a9db13f4789088bbe407ed78a77a0ed2404369d79b94a49bb5e574603ad4dfd3",
+    "package/src/kernel_fun/cconv/_kernels/strip4.py": "bee00e4b12adacccd5042eeb8429af966255311d0ff5e5806b958790e0ff3438",
 }
 VENDOR = {
     "libcst": "1.9.0",

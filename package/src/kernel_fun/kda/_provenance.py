@@ -3,7 +3,7 @@
 """Where kernel_fun.kda._kernels came from. Literals only: tools/drift.py reads them
 with ast.literal_eval and never imports this module."""
 
-SOURCE_COMMIT = "7c822f09ccca92018f6fad08fb0f5825349dae33"
+SOURCE_COMMIT = "a7a2941ac1dd30625351f0f498efe9e90ec51883"
 RECORD = {
     "idea": "004-wy-split-k",
     "record_id": "20261201T022516Z-7ae59cc0",
@@ -24,10 +24,10 @@ SOURCE_FILES = {
     "ladder/kernels/kda/ideas/004-wy-split-k/wy.py": "5c51c9516078ef7b9f74918435971f7580053543c460575f547f8eaa9d32f67e",
 }
 OUTPUT_FILES = {
-    "package/src/kernel_fun/kda/_kernels/__init__.py": "685e6859fff447a9b9137252ad85251adb94c28fa1614c3badeb85a9aa5613e0",
-    "package/src/kernel_fun/kda/_kernels/chain4.py": "b9d31a859317bf16e35450c7c8091d8433f9bb322344d39ac5b4e654766ff265",
-    "package/src/kernel_fun/kda/_kernels/intra3.py": "5bd9de70813d9cc52967f33372dd6453d45b280fb31ad74cb2d6d07626360f6b",
-    "package/src/kernel_fun/kda/_kernels/wy4.py": "3b09133959844d0865d46e8912c65ea67552318e80bc1b5f1dff9a23eea53f58",
+    "package/src/kernel_fun/kda/_kernels/__init__.py": "f9f64874958d1d147af00a4efcbc9d91282f5fb4f89fb2e32d2b8edd54951840",
+    "package/src/kernel_fun/kda/_kernels/chain4.py": "81d93a7bc9e6bb20728a29ad65f02641c8648c1f1b6b00f617b804e0ccf0a07b",
+    "package/src/kernel_fun/kda/_kernels/intra3.py": "1892119168cba56ca0661081f81445831dea7a12549339064a043cb70394f61a",
+    "package/src/kernel_fun/kda/_kernels/wy4.py": "2a72edd0274d26908bac034460b8fa54e6294296f18d52548976b7cdd4de47ad",
 }
 VENDOR = {
     "libcst": "1.9.0",
