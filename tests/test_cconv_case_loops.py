@@ -8,21 +8,16 @@ the per-row sequence work with length-1 and 2 ones that force the row-by-row pat
 dht puts the last W rows of every sequence on that path too. The bf16 fast path (004's
 sigmoid) is checked against the oracle by `ladder check cconv 006` / `007` on the GPU.
 
-Runs in a subprocess: TRITON_INTERPRET must be set before triton is imported.
+Runs in a subprocess (`tests.interpreted.run_interpreted`).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.interpreted import run_interpreted
 
 SCRIPT = textwrap.dedent(
     r"""
@@ -90,21 +85,13 @@ SCRIPT = textwrap.dedent(
 def test_case_loops_are_bitwise_002s_in_the_interpreter(rows: str) -> None:
     """rows: the fixed configuration's rows per loop step (G), one 4-row group or two."""
     env = {
-        **os.environ,
-        "TRITON_INTERPRET": "1",
         "CCONV_FAST_SIGMOID": "0",
         "CCONV_AUTOTUNE": "0",
         "CCONV_CASE_FWD": "1",
         "CCONV_CASE_BWD": "1",
         "CCONV_FIXED_G": rows,
-        "PYTHONPATH": f"{REPO}:{REPO / 'package/src'}",
     }
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True, text=True,
-        timeout=900,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    rows = json.loads(proc.stdout.strip().splitlines()[-1])
+    rows = run_interpreted(SCRIPT, env=env)
     assert len(rows) == 11
     for row in rows:
         # y, final state, dx, dw, db, dresidual, dh0

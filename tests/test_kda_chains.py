@@ -2,13 +2,9 @@
 their place) against fla 0.6.0's own chunk_kda forward and backward (idea 000), on Triton's
 CPU interpreter, in fp32.
 
-Two things make fla's chain run there: its autotuned kernels are cut to one configuration
-(`kernel_fun._testing.trim_fla_autotune(1)`), so they launch without benchmarking; and fla's
-kernels call `.to()` on loop indices, which the interpreter leaves Python ints, so each fla
-kernel module gets a `range` that yields scalar tensors, as the compiled loop has (and fla's
-kernels take their path without `tl.gather`, and fp32 products where they ask for bf16x3,
-neither of which the interpreter runs). The
-inputs are fp32, because Triton 3.6's interpreter computes bf16 tensor-core products wrongly
+fla's chain runs there after `tests.interpreted.fla_on_the_interpreter()` (one configuration
+per autotuned kernel, loop indices as tensors, no compiled-only paths). The inputs are fp32,
+because Triton 3.6's interpreter computes bf16 tensor-core products wrongly
 (tests/test_kda_wy.py); fp32 checks how the stages are wired together (shapes, layouts,
 strides, the chain's order, packed sequences, states, GVA, both gate forms), and the GPU
 bench checks the bf16 numbers against the fp64 oracle.
@@ -16,44 +12,28 @@ bench checks the bf16 numbers against the fp64 oracle.
 003 and earlier are not run here: 003 unwraps fla's kernels in a way the interpreter does
 not support (and those ideas' records stand).
 
-Runs in a subprocess: TRITON_INTERPRET must be set before triton is imported.
+Runs in a subprocess (`tests.interpreted.run_interpreted`).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.interpreted import run_interpreted
+
 IDEAS = ("004", "005", "006", "007")
 
 SCRIPT = textwrap.dedent(
     r"""
-    import builtins, importlib, json, sys
+    import importlib, json, sys
     import torch
-    import triton.language as tl
     import ladder  # the idea import finder
-    from kernel_fun._testing import trim_fla_autotune
+    import fla.ops.kda  # noqa: F401  (fla's kda chain, loaded before it is adjusted)
+    from tests.interpreted import fla_on_the_interpreter
 
-    trim_fla_autotune(1)
-
-    def _range(*bounds):
-        for i in builtins.range(*(int(b) for b in bounds)):
-            yield tl.full([], i, tl.int32)
-
-    for name, mod in list(sys.modules.items()):
-        if name.startswith("fla.") and mod is not None and hasattr(mod, "triton"):
-            mod.range = _range
-            if hasattr(mod, "IS_GATHER_SUPPORTED"):  # fla's gather path is compiled-only
-                mod.IS_GATHER_SUPPORTED = False
-            if hasattr(mod, "SAFE_GATE_DOT_PRECISION"):  # bf16x3: compiled-only too
-                mod.SAFE_GATE_DOT_PRECISION = tl.constexpr("ieee")
+    fla_on_the_interpreter()
 
     class _NoDevice:  # the chains enter torch.cuda.device(q.device); there is none here
         def __init__(self, *args):
@@ -120,13 +100,7 @@ SCRIPT = textwrap.dedent(
 
 @pytest.mark.slow
 def test_kda_chains_match_flas_own_in_the_interpreter() -> None:
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": f"{REPO}:{REPO / 'package/src'}"}
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, ",".join(IDEAS)], cwd=REPO, env=env,
-        capture_output=True, text=True, timeout=1200,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_interpreted(SCRIPT, ",".join(IDEAS))
     assert set(out) == {"dense-ragged", "gva", "varlen-state", "lower-bound-neg"}
     for case, per_idea in out.items():
         assert set(per_idea) == set(IDEAS)

@@ -4,23 +4,21 @@ CPU interpreter. fla's autotuner is cut to one configuration (BV 32, fla's pick 
 the H200), so it launches without benchmarking; everything else of fla's wrapper (its
 buffers, argument order, heuristics, chunk offsets, grid) is fla's. Cases: a dense batch
 with a ragged last chunk, GVA with a packed batch (length-1 sequences, an initial state and
-a final-state gradient), and K 48 (masked key blocks). fla's kernel calls ``.to()`` on its
-loop index, a Python int on the interpreter: the script gives the kernel's module a ``range``
-that yields scalar tensors, as the compiled loop has.
+a final-state gradient), and K 48 (masked key blocks). fla's kernel runs there after
+`tests.interpreted.fla_on_the_interpreter()`.
 
-Runs in a subprocess: TRITON_INTERPRET must be set before triton is imported.
+The interpreter test runs in a subprocess (`tests.interpreted.run_interpreted`).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+
+from tests.interpreted import run_interpreted
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -34,16 +32,9 @@ SCRIPT = textwrap.dedent(
     from fla.ops.common import chunk_delta_h as fla_h
     from fla.ops.utils import prepare_chunk_indices
 
-    import builtins
-    import triton.language as tl
+    from tests.interpreted import fla_on_the_interpreter
 
-    def _range(*bounds):
-        # fla's kernel calls .to() on its loop index, which the interpreter leaves a Python
-        # int: hand it the index as a scalar tensor, as the compiled kernel sees it
-        for i in builtins.range(*(int(b) for b in bounds)):
-            yield tl.full([], i, tl.int32)
-
-    fla_h.range = _range  # the module's globals are the kernel's
+    fla_on_the_interpreter(trim=False)  # its own single configuration below
 
     tuner = fla_h.chunk_gated_delta_rule_bwd_kernel_dhu_blockdim64
     while not hasattr(tuner, "configs"):
@@ -93,13 +84,7 @@ SCRIPT = textwrap.dedent(
 
 @pytest.mark.slow
 def test_dhu_wrapper_matches_flas_own_in_the_interpreter() -> None:
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": f"{REPO}:{REPO / 'package/src'}"}
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True, text=True,
-        timeout=900,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    errs = json.loads(proc.stdout.strip().splitlines()[-1])
+    errs = run_interpreted(SCRIPT)
     assert set(errs) == {"dense-ragged", "gva-varlen-state", "k48-dense-state"}
     assert set(errs["gva-varlen-state"]) == {"dh", "dh0", "dv2"}
     for case, per in errs.items():

@@ -1,20 +1,16 @@
 """The kda ideas' backward intra-chunk stages (001, 002, 003) on Triton's CPU interpreter, against the stage's
 definition evaluated in float64 with torch (pairwise exp2 over each chunk, no factorisation).
 
-Runs in a subprocess: TRITON_INTERPRET must be set before triton is imported.
+Runs in a subprocess (`tests.interpreted.run_interpreted`).
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.interpreted import run_interpreted
 
 SCRIPT = textwrap.dedent(
     r"""
@@ -109,16 +105,8 @@ SCRIPT = textwrap.dedent(
 @pytest.mark.slow
 @pytest.mark.parametrize("idea", ["i001", "i002", "i003"])
 def test_intra_stage_matches_its_definition_in_the_interpreter(idea: str) -> None:
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": f"{REPO}:{REPO / 'package/src'}"}
     script = SCRIPT.replace("ladder.kernels.kda.ideas.IDEA", f"ladder.kernels.kda.ideas.{idea}")
-    proc = subprocess.run(
-        [sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
-        timeout=900,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    import json
-
-    errs = json.loads(proc.stdout.strip().splitlines()[-1])
+    errs = run_interpreted(script)
     for case, per in errs.items():
         for name, err in per.items():
             # the interpreter evaluates every product in fp32 (no tf32 rounding), so the stage

@@ -3,21 +3,16 @@ stage's definition evaluated in float64 with torch, and against fla 0.6.0's own 
 that stage run the same way (ours may be no further from the definition than fla's). The
 inputs are fp32 here (the interpreter's bf16 products are wrong; see the script).
 
-Runs in a subprocess: TRITON_INTERPRET must be set before triton is imported.
+Runs in a subprocess (`tests.interpreted.run_interpreted`).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.interpreted import run_interpreted
 
 SCRIPT = textwrap.dedent(
     r"""
@@ -142,13 +137,7 @@ SCRIPT = textwrap.dedent(
 @pytest.mark.slow
 @pytest.mark.parametrize("idea", ["004", "005"])
 def test_wy_stage_matches_its_definition_and_fla_in_the_interpreter(idea: str) -> None:
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": f"{REPO}:{REPO / 'package/src'}"}
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, idea], cwd=REPO, env=env, capture_output=True, text=True,
-        timeout=900,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    errs = json.loads(proc.stdout.strip().splitlines()[-1])
+    errs = run_interpreted(SCRIPT, idea)
     for case, per in errs.items():
         for name, (ours, fla) in per.items():
             # fp32 throughout (see the script): fp32 accuracy, and no further from the

@@ -1,0 +1,70 @@
+"""Tests of kernels on Triton's CPU interpreter, shared by the test modules that run them.
+
+TRITON_INTERPRET is read when triton is imported, so each such test runs a script in a fresh
+Python (`run_interpreted`). Scripts that call fla 0.6.0's own kernels there first call
+`fla_on_the_interpreter()`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_interpreted(script: str, *args: str, env: dict[str, str] | None = None) -> Any:
+    """Run `script` (python -c, with `args`) under TRITON_INTERPRET=1 from the repository root,
+    the repository and the package's sources importable, `env` added to the environment. It
+    must print a JSON document as its last line of stdout, which is returned. Fails the test
+    (AssertionError with the script's stderr) when it exits non-zero."""
+    full = {
+        **os.environ,
+        "TRITON_INTERPRET": "1",
+        "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'package' / 'src'}",
+        **(env or {}),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", script, *args], cwd=REPO, env=full, capture_output=True,
+        text=True, timeout=1200,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def fla_on_the_interpreter(trim: bool = True) -> None:
+    """Make fla 0.6.0's kernels run on the interpreter; call it in the script, after importing
+    the fla modules whose kernels it runs (every loaded fla module is adjusted):
+
+    - trim: each autotuned kernel keeps one configuration (`trim_fla_autotune(1)`), so it
+      launches without benchmarking, which needs a GPU;
+    - fla's kernels call `.to()` on loop indices, which the interpreter leaves Python ints:
+      each fla module gets a `range` that yields scalar tensors, as the compiled loop has;
+    - fla's `tl.gather` path and its bf16x3 products are compiled-only: its modules take the
+      path without gather and fp32 products instead.
+    """
+    import builtins
+
+    import triton.language as tl
+
+    if trim:
+        from kernel_fun._testing import trim_fla_autotune
+
+        trim_fla_autotune(1)
+
+    def _range(*bounds):
+        for i in builtins.range(*(int(b) for b in bounds)):
+            yield tl.full([], i, tl.int32)
+
+    for name, mod in list(sys.modules.items()):
+        if not (name.startswith("fla.") and mod is not None and hasattr(mod, "triton")):
+            continue
+        mod.range = _range
+        if hasattr(mod, "IS_GATHER_SUPPORTED"):
+            mod.IS_GATHER_SUPPORTED = False
+        if hasattr(mod, "SAFE_GATE_DOT_PRECISION"):
+            mod.SAFE_GATE_DOT_PRECISION = tl.constexpr("ieee")
