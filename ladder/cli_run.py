@@ -7,6 +7,7 @@ import os
 import secrets
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,7 +17,7 @@ from ladder import paths, records
 from ladder.cliutil import CHECK_SHAPE_SETS, console, ctx_root, guard
 from ladder.paths import LadderError, NoGpu
 
-__all__ = ["bench", "check", "render_record"]
+__all__ = ["PhaseLines", "bench", "check", "render_record"]
 
 
 def _gpu_available() -> bool:
@@ -294,6 +295,24 @@ def render_record(rec: dict, out: Any) -> None:
         out.print(f"error: {rec['error']}", markup=False)
 
 
+class PhaseLines:
+    """Prints ``[   12s] <phase>`` on ``console`` whenever a bench's progress description
+    enters a new phase (the description up to " round ": one line per shape and step, not
+    one per timed round); seconds count from construction."""
+
+    def __init__(self, console: Any) -> None:
+        self.console = console
+        self.start = time.monotonic()
+        self.last: str | None = None
+
+    def __call__(self, desc: str) -> None:
+        phase = desc.split(" round ", 1)[0]
+        if phase != self.last:
+            self.last = phase
+            secs = time.monotonic() - self.start
+            self.console.print(f"[{secs:6.0f}s] {phase}", markup=False, highlight=False)
+
+
 @guard
 def bench(
     ctx: typer.Context,
@@ -350,8 +369,14 @@ def bench(
     # before that (or any error on a pipe) is then the only line on stderr.
     prog = Progress(*columns, console=err, transient=True, disable=not err.is_terminal)
     task = prog.add_task("preparing", total=None)
+    # Off a terminal (a log file, a remote call killed at its time limit) one plain line per
+    # phase says where the minutes went: compiling and autotuning, or timing.
+    phases = None if err.is_terminal else PhaseLines(err)
 
     def progress(desc: str, advance: float, total: float) -> None:
+        if phases is not None:
+            phases(desc)
+            return
         if not prog.live.is_started:
             prog.start()
         prog.update(task, description=desc, advance=advance, total=total)

@@ -169,6 +169,7 @@ def _time_shape(
     sets = [tuple(fam.make_inputs(shape, dev, seed + k)) for k in range(n_sets)]
     retune = getattr(fam, "baseline_retune", None)
     if retune is not None:  # the baseline is timed with its pick for this shape
+        state.progress(f"{shape.name}: baseline re-tune", 0)
         retune()
         fam.run(fam.BASELINE, sets[0], _no_poison)
     sides = {"candidate": state.idea, "baseline": fam.BASELINE}

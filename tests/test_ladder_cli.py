@@ -143,6 +143,65 @@ def test_bench_into_a_file_fails_in_one_line_before_measuring(tmp_path: Path, fa
     assert fake_gpu == [] and blocker.read_text() == "keep"
 
 
+def test_bench_off_a_terminal_prints_one_line_per_phase(
+    tmp_path: Path, monkeypatch, fake_gpu
+) -> None:
+    # A bench whose output goes to a file (or a call killed at its time limit) must say
+    # where its minutes went: one line per phase, not one per timed round, and no bar.
+    def measure(self, state) -> None:
+        fake_gpu.append(state)
+        for desc in (
+            "prod: correctness (compile + autotune)",
+            "prod: correctness",
+            "prod: baseline re-tune",
+            "prod fwd: candidate round 1/8",
+            "prod fwd: candidate round 2/8",
+            "prod fwd: baseline round 1/8",
+            "prod: host time and peak memory",
+        ):
+            state.progress(desc, 0)
+
+    monkeypatch.setattr(bench.GpuRuntime, "measure", measure)
+    root = copy_toy(tmp_path, records=False)
+    result = run("bench", "toy", "0", root=root)
+    assert len(fake_gpu) == 1
+    lines = [ln for ln in result.stderr.splitlines() if ln.startswith("[")]
+    phases = [ln.split("] ", 1)[1] for ln in lines]
+    assert phases == [
+        "prod: correctness (compile + autotune)",
+        "prod: correctness",
+        "prod: baseline re-tune",
+        "prod fwd: candidate",
+        "prod fwd: baseline",
+        "prod: host time and peak memory",
+    ], result.stderr
+    assert all(ln[1:7].strip().isdigit() and ln[7:9] == "s]" for ln in lines), lines
+    assert "round" not in result.stderr
+
+
+def test_phase_lines_count_seconds_from_their_start(monkeypatch) -> None:
+    from ladder import cli_run
+
+    printed: list[str] = []
+
+    class Console:
+        def print(self, text: str, **kw) -> None:
+            printed.append(text)
+
+    now = iter([100.0, 100.0, 112.4, 175.0])
+    monkeypatch.setattr(cli_run.time, "monotonic", lambda: next(now))
+    phases = cli_run.PhaseLines(Console())
+    phases("a: correctness")
+    phases("a fwd: candidate round 1/8")
+    phases("a fwd: candidate round 2/8")  # same phase: no line, no clock read
+    phases("b: correctness")
+    assert printed == [
+        "[     0s] a: correctness",
+        "[    12s] a fwd: candidate",
+        "[    75s] b: correctness",
+    ]
+
+
 @pytest.mark.parametrize("seed", ["-1", "9223372036854775808", "99999999999999999999999"])
 def test_out_of_range_seed_is_a_usage_error(
     tmp_path: Path, seed: str, fake_gpu, interpret_env
