@@ -185,6 +185,11 @@ def test_make_gpu_test_fails_when_no_test_ran(tmp_path: Path) -> None:
         ({"STAGES": "bogus"}, "unknown stage 'bogus'"),
         ({"STAGES": "common", "PYTEST_WORKERS": "abc"}, "positive number"),
         ({"STAGES": "common", "PYTEST_WORKERS": "0"}, "positive number"),
+        ({"STAGES": "common", "STAGE_TIMEOUT": "10m"}, "positive number of seconds"),
+        ({"STAGES": "common", "STAGE_TIMEOUT": "0"}, "positive number of seconds"),
+        ({"STAGES": "bench", "BENCH_PLAN": "cconv 007"}, "BENCH_PLAN entry 'cconv 007'"),
+        ({"STAGES": "bench", "BENCH_PLAN": "cconv 007 prod;;"}, "BENCH_PLAN entry ''"),
+        ({"STAGES": "bench", "BENCH_PLAN": "cconv 0;7 prod"}, "BENCH_PLAN entry 'cconv 0'"),
     ],
 )
 def test_bad_settings_are_refused_before_anything_runs(tmp_path: Path, extra, needle) -> None:
@@ -193,3 +198,57 @@ def test_bad_settings_are_refused_before_anything_runs(tmp_path: Path, extra, ne
     res = sh(env=env)
     assert res.returncode == 2 and needle in res.stderr, res.stderr
     assert not out.exists()  # nothing made, nothing run
+
+
+def fake_python(tmp_path: Path, body: str) -> str:
+    """An executable standing in for PY: passes device.sh's `PY -c "import fla, libcst"`
+    check, and runs `body` (bash) for every other call."""
+    path = tmp_path / "fake-python"
+    path.write_text(f"#!/usr/bin/env bash\nif [[ $1 == -c ]]; then exit 0; fi\n{body}\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_stage_timeout_stops_a_stage_and_the_run_goes_on(tmp_path: Path) -> None:
+    """A stage past STAGE_TIMEOUT is stopped, says so in its .rc and log, and the stages after
+    it still run (what a call with a time limit needs to bring its records back)."""
+    out = tmp_path / "out"
+    env = {
+        **os.environ,
+        "STAGES": "drift prodtime",
+        "OUT": str(out),
+        "PY": fake_python(
+            tmp_path, 'if [[ $1 == tools/drift.py ]]; then sleep 60; fi; echo ran "$@"'
+        ),
+        "STAGE_TIMEOUT": "2",
+        "TRITON_CACHE_IN": str(tmp_path / "no-cache"),
+        "TRITON_CACHE_DIR": str(tmp_path / "tc"),
+    }
+    res = sh(env=env, timeout=50)
+    assert res.returncode == 1, res.stdout + res.stderr
+    rc = (out / "drift.rc").read_text()
+    assert rc.startswith("rc=124 ") and "stopped at STAGE_TIMEOUT=2s" in rc, rc
+    assert "stopped at STAGE_TIMEOUT=2s" in (out / "drift.log").read_text()
+    assert (out / "prodtime.rc").read_text().startswith("rc=0 ")
+    assert "ran tools/prodtime.py" in (out / "prodtime.log").read_text()
+
+
+def test_bench_plan_runs_each_entry_with_its_own_shapes_and_options(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    env = {
+        **os.environ,
+        "STAGES": "bench",
+        "OUT": str(out),
+        "PY": fake_python(tmp_path, 'echo args: "$@"'),
+        "BENCH_PLAN": "cconv 007 packed-131072-d2048,prod ; kda 004 v128 --knob KDA_WY_WARPS=4",
+        "TRITON_CACHE_IN": str(tmp_path / "no-cache"),
+        "TRITON_CACHE_DIR": str(tmp_path / "tc"),
+    }
+    res = sh(env=env, timeout=50)
+    assert res.returncode == 0, res.stdout + res.stderr
+    first = (out / "bench-1-cconv-007.log").read_text().strip()
+    second = (out / "bench-2-kda-004.log").read_text().strip()
+    assert first == "args: -m ladder bench cconv 007 --shapes packed-131072-d2048,prod", first
+    assert second == "args: -m ladder bench kda 004 --shapes v128 --knob KDA_WY_WARPS=4", second
+    assert "bench-1-cconv-007" in res.stdout and "bench-2-kda-004" in res.stdout
+    assert (out / "records.tar").is_file()

@@ -19,7 +19,13 @@
 # layer and common groups in N pytest-xdist processes, and KERNEL_FUN_TEST_FLA_CONFIGS=N
 # (package/tests/conftest.py) cuts fla's autotune lists to N configs for the package's tests
 # (never for ladder, bench or prodtime, which time fla).
-# BENCH_FAMILY (default cconv) picks the family the bench stage benches. `fsdp2` trains a
+# BENCH_FAMILY (default cconv) picks the family the bench stage benches. BENCH_PLAN instead
+# lists benches of any families, each its own shapes and knobs, entries separated by ';':
+#   BENCH_PLAN="cconv 007 packed-131072-d2048,prod; kda 004 v128 --knob KDA_WY_WARPS=4"
+# (family idea shapes [ladder bench options]); each runs as stage bench-N-FAMILY-IDEA.
+# STAGE_TIMEOUT=S stops any one stage (each bench entry too) after S seconds (rc=124, "stopped
+# at STAGE_TIMEOUT"), so the stages after it and the packing of records and logs still run
+# inside a call's time limit. `fsdp2` trains a
 # 2-layer KDA stack under FSDP2 on 2 GPUs, fla vs patched ($OUT/fsdp2.json, fsdp2.log).
 # Two entry points for checking the summary logic without a GPU:
 #   bash tools/device.sh --verdict RC LOG     the outcome line of a pytest run (exit 0 or 1)
@@ -96,6 +102,18 @@ for group in $STAGES; do  # every name is checked before anything runs
     fi
   done
 done
+if [[ -n ${STAGE_TIMEOUT:-} && ! ${STAGE_TIMEOUT} =~ ^[1-9][0-9]*$ ]]; then
+  usage "STAGE_TIMEOUT=$STAGE_TIMEOUT: give a positive number of seconds"
+fi
+PLAN=()  # BENCH_PLAN's entries, checked before anything runs
+if [[ -n ${BENCH_PLAN:-} ]]; then
+  IFS=';' read -r -a PLAN <<<"$BENCH_PLAN"
+  for entry in "${PLAN[@]}"; do
+    read -r -a words <<<"$entry"
+    ((${#words[@]} >= 3)) && [[ ${words[0]} =~ ^[a-z][a-z0-9_]*$ && ${words[1]} =~ ^[0-9A-Za-z-]+$ ]] \
+      || usage "BENCH_PLAN entry '$entry': give 'family idea shapes [options]', entries separated by ';'"
+  done
+fi
 if [[ -n ${PYTEST_WORKERS:-} ]]; then
   [[ $PYTEST_WORKERS =~ ^[1-9][0-9]*$ ]] \
     || usage "PYTEST_WORKERS=$PYTEST_WORKERS: give a positive number of pytest-xdist processes"
@@ -127,11 +145,19 @@ run_stage() {  # name, command...; the outcome goes to $OUT/<name>.rc (stages ma
   shift
   local t0=$SECONDS
   echo "=== $name: $*"
-  "$@" >"$OUT/$name.log" 2>&1
+  local limit=()
+  if [[ -n ${STAGE_TIMEOUT:-} ]]; then
+    limit=(timeout -k 10 "$STAGE_TIMEOUT")
+  fi
+  "${limit[@]}" "$@" >"$OUT/$name.log" 2>&1
   local rc=$?
   local outcome="rc=$rc"
   if [[ ${PYTEST_STAGE:-0} == 1 ]]; then  # a test stage that ran no test has failed
     outcome=$(pytest_verdict "$rc" "$OUT/$name.log")
+  fi
+  if [[ -n ${STAGE_TIMEOUT:-} ]] && ((rc == 124 || rc == 137)); then
+    echo "device.sh: stopped at STAGE_TIMEOUT=${STAGE_TIMEOUT}s" >>"$OUT/$name.log"
+    outcome="rc=$rc stopped at STAGE_TIMEOUT=${STAGE_TIMEOUT}s"
   fi
   local secs="$((SECONDS - t0))s"
   # "rc=N 12s[ why]": the summary and its exit status read the leading rc=N
@@ -171,9 +197,19 @@ one_stage() {
       before=$(mktemp)
       find ladder/kernels -path '*/records/*.json' | sort >"$before"
       export LADDER_RESCUE_DIR=${LADDER_RESCUE_DIR:-$OUT_ABS/rescue}  # records that failed to write
-      for idea in $BENCH_IDEAS; do
-        run_stage "bench-$idea" "$PY" -m ladder bench "$BENCH_FAMILY" "$idea" --shapes "$BENCH_SHAPES"
-      done
+      if ((${#PLAN[@]})); then
+        n=0
+        for entry in "${PLAN[@]}"; do
+          read -r -a words <<<"$entry"
+          n=$((n + 1))
+          run_stage "bench-$n-${words[0]}-${words[1]}" "$PY" -m ladder bench "${words[0]}" \
+            "${words[1]}" --shapes "${words[2]}" "${words[@]:3}"
+        done
+      else
+        for idea in $BENCH_IDEAS; do
+          run_stage "bench-$idea" "$PY" -m ladder bench "$BENCH_FAMILY" "$idea" --shapes "$BENCH_SHAPES"
+        done
+      fi
       find ladder/kernels -path '*/records/*.json' | sort | comm -13 "$before" - >"$OUT/new-records.txt"
       tar -cf "$OUT/records.tar" -T "$OUT/new-records.txt"
       ;;
