@@ -297,8 +297,9 @@ def render_record(rec: dict, out: Any) -> None:
 
 class PhaseLines:
     """Prints ``[   12s] <phase>`` on ``console`` whenever a bench's progress description
-    enters a new phase (the description up to " round ": one line per shape and step, not
-    one per timed round); seconds count from construction."""
+    enters a new phase; seconds count from construction. The timed blocks of one shape and
+    direction ("prod fwd: candidate round 3/8", interleaved with the baseline's and the copy's)
+    are one phase, "prod fwd: timing", so a shape gives a handful of lines, not one per block."""
 
     def __init__(self, console: Any) -> None:
         self.console = console
@@ -306,7 +307,9 @@ class PhaseLines:
         self.last: str | None = None
 
     def __call__(self, desc: str) -> None:
-        phase = desc.split(" round ", 1)[0]
+        phase = desc
+        if " round " in desc and ": " in desc:
+            phase = desc.rsplit(": ", 1)[0] + ": timing"
         if phase != self.last:
             self.last = phase
             secs = time.monotonic() - self.start

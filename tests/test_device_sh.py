@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -188,8 +190,15 @@ def test_make_gpu_test_fails_when_no_test_ran(tmp_path: Path) -> None:
         ({"STAGES": "common", "STAGE_TIMEOUT": "10m"}, "positive number of seconds"),
         ({"STAGES": "common", "STAGE_TIMEOUT": "0"}, "positive number of seconds"),
         ({"STAGES": "bench", "BENCH_PLAN": "cconv 007"}, "BENCH_PLAN entry 'cconv 007'"),
-        ({"STAGES": "bench", "BENCH_PLAN": "cconv 007 prod;;"}, "BENCH_PLAN entry ''"),
+        ({"STAGES": "bench", "BENCH_PLAN": " ; ;"}, "has no entry"),
         ({"STAGES": "bench", "BENCH_PLAN": "cconv 0;7 prod"}, "BENCH_PLAN entry 'cconv 0'"),
+        ({"STAGES": "bench", "BENCH_PLAN": "cconv --help prod"}, "entry 'cconv --help prod'"),
+        ({"STAGES": "bench", "BENCH_PLAN": "cconv 007 prod\nkda 004 v128"}, "line break"),
+        ({"STAGES": "drift", "BENCH_PLAN": "cconv 007 prod"}, "has no bench stage"),
+        (
+            {"STAGES": "bench", "BENCH_PLAN": "cconv 007 prod", "BENCH_IDEAS": "001"},
+            "BENCH_PLAN and BENCH_IDEAS are both set",
+        ),
     ],
 )
 def test_bad_settings_are_refused_before_anything_runs(tmp_path: Path, extra, needle) -> None:
@@ -233,6 +242,47 @@ def test_stage_timeout_stops_a_stage_and_the_run_goes_on(tmp_path: Path) -> None
     assert "ran tools/prodtime.py" in (out / "prodtime.log").read_text()
 
 
+def test_a_stage_that_dies_early_is_not_reported_as_timed_out(tmp_path: Path) -> None:
+    # killed (137, as by the kernel's OOM killer) after 0 s, well before STAGE_TIMEOUT
+    out = tmp_path / "out"
+    env = {
+        **os.environ,
+        "STAGES": "drift",
+        "OUT": str(out),
+        "PY": fake_python(tmp_path, "kill -9 $$"),
+        "STAGE_TIMEOUT": "600",
+        "TRITON_CACHE_IN": str(tmp_path / "no-cache"),
+        "TRITON_CACHE_DIR": str(tmp_path / "tc"),
+    }
+    res = sh(env=env, timeout=50)
+    assert res.returncode == 1, res.stdout + res.stderr
+    rc = (out / "drift.rc").read_text()
+    assert rc.startswith("rc=137 ") and "STAGE_TIMEOUT" not in rc, rc
+
+
+def test_stopping_the_run_stops_a_stage_under_stage_timeout(tmp_path: Path) -> None:
+    # A call's own time limit signals the run's process group: a stage under STAGE_TIMEOUT
+    # must not outlive it, still holding the GPU.
+    out = tmp_path / "out"
+    marker = tmp_path / "still-running"
+    env = {
+        **os.environ,
+        "STAGES": "drift",
+        "OUT": str(out),
+        "PY": fake_python(tmp_path, f"sleep 8; touch {marker}"),
+        "STAGE_TIMEOUT": "100",
+        "TRITON_CACHE_IN": str(tmp_path / "no-cache"),
+        "TRITON_CACHE_DIR": str(tmp_path / "tc"),
+    }
+    proc = subprocess.Popen(["bash", str(SCRIPT)], env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    time.sleep(2)
+    os.killpg(proc.pid, signal.SIGTERM)  # what `timeout` does to the call's command group
+    proc.wait(timeout=20)
+    time.sleep(8)
+    assert not marker.exists(), "the stage ran on after the run was stopped"
+
+
 def test_bench_plan_runs_each_entry_with_its_own_shapes_and_options(tmp_path: Path) -> None:
     out = tmp_path / "out"
     env = {
@@ -240,7 +290,7 @@ def test_bench_plan_runs_each_entry_with_its_own_shapes_and_options(tmp_path: Pa
         "STAGES": "bench",
         "OUT": str(out),
         "PY": fake_python(tmp_path, 'echo args: "$@"'),
-        "BENCH_PLAN": "cconv 007 packed-131072-d2048,prod ; kda 004 v128 --knob KDA_WY_WARPS=4",
+        "BENCH_PLAN": "cconv 007 packed-131072-d2048,prod ; kda 004 v128 --knob KDA_WY_WARPS=4;",
         "TRITON_CACHE_IN": str(tmp_path / "no-cache"),
         "TRITON_CACHE_DIR": str(tmp_path / "tc"),
     }

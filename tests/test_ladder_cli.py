@@ -147,19 +147,27 @@ def test_bench_off_a_terminal_prints_one_line_per_phase(
     tmp_path: Path, monkeypatch, fake_gpu
 ) -> None:
     # A bench whose output goes to a file (or a call killed at its time limit) must say
-    # where its minutes went: one line per phase, not one per timed round, and no bar.
+    # where its minutes went: one line per phase, not one per timed block, and no bar. The
+    # blocks come in the real interleaved order (candidate, baseline and copy alternating).
+    from ladder import timing
+
     def measure(self, state) -> None:
         fake_gpu.append(state)
-        for desc in (
-            "prod: correctness (compile + autotune)",
-            "prod: correctness",
-            "prod: baseline re-tune",
-            "prod fwd: candidate round 1/8",
-            "prod fwd: candidate round 2/8",
-            "prod fwd: baseline round 1/8",
-            "prod: host time and peak memory",
-        ):
-            state.progress(desc, 0)
+        state.progress("prod: correctness (compile + autotune)", 0)
+        state.progress("prod: correctness", 1)
+        state.progress("prod: baseline re-tune", 0)
+        for direction in ("fwd", "bwd"):
+            label = f"prod {direction}"
+            timing.time_interleaved(
+                {"candidate": lambda i: i, "baseline": lambda i: i, "copy": lambda i: i},
+                rounds=8,
+                reps=2,
+                clock=timing.WallClock(),
+                on_block=lambda name, r, label=label: state.progress(
+                    f"{label}: {name} round {r + 1}/8", 1
+                ),
+            )
+        state.progress("prod: host time and peak memory", 0)
 
     monkeypatch.setattr(bench.GpuRuntime, "measure", measure)
     root = copy_toy(tmp_path, records=False)
@@ -171,8 +179,8 @@ def test_bench_off_a_terminal_prints_one_line_per_phase(
         "prod: correctness (compile + autotune)",
         "prod: correctness",
         "prod: baseline re-tune",
-        "prod fwd: candidate",
-        "prod fwd: baseline",
+        "prod fwd: timing",
+        "prod bwd: timing",
         "prod: host time and peak memory",
     ], result.stderr
     assert all(ln[1:7].strip().isdigit() and ln[7:9] == "s]" for ln in lines), lines
@@ -193,11 +201,11 @@ def test_phase_lines_count_seconds_from_their_start(monkeypatch) -> None:
     phases = cli_run.PhaseLines(Console())
     phases("a: correctness")
     phases("a fwd: candidate round 1/8")
-    phases("a fwd: candidate round 2/8")  # same phase: no line, no clock read
+    phases("a fwd: baseline round 1/8")  # same phase: no line, no clock read
     phases("b: correctness")
     assert printed == [
         "[     0s] a: correctness",
-        "[    12s] a fwd: candidate",
+        "[    12s] a fwd: timing",
         "[    75s] b: correctness",
     ]
 

@@ -23,9 +23,11 @@
 # lists benches of any families, each its own shapes and knobs, entries separated by ';':
 #   BENCH_PLAN="cconv 007 packed-131072-d2048,prod; kda 004 v128 --knob KDA_WY_WARPS=4"
 # (family idea shapes [ladder bench options]); each runs as stage bench-N-FAMILY-IDEA.
+# Blank entries are dropped; the plan needs a bench stage in STAGES and replaces BENCH_IDEAS,
+# BENCH_FAMILY and BENCH_SHAPES (setting both is refused). Options are split at blanks.
 # STAGE_TIMEOUT=S stops any one stage (each bench entry too) after S seconds (rc=124, "stopped
 # at STAGE_TIMEOUT"), so the stages after it and the packing of records and logs still run
-# inside a call's time limit. `fsdp2` trains a
+# inside a call's time limit (only the stage's own process: children it leaves are not). `fsdp2` trains a
 # 2-layer KDA stack under FSDP2 on 2 GPUs, fla vs patched ($OUT/fsdp2.json, fsdp2.log).
 # Two entry points for checking the summary logic without a GPU:
 #   bash tools/device.sh --verdict RC LOG     the outcome line of a pytest run (exit 0 or 1)
@@ -80,6 +82,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
 STAGES=${STAGES:-"env cconv"}  # one call per stage group: a cold one can take minutes
 PY=${PY:-python3}
+BENCH_ONE=${BENCH_IDEAS+BENCH_IDEAS}${BENCH_FAMILY+ BENCH_FAMILY}${BENCH_SHAPES+ BENCH_SHAPES}
 BENCH_IDEAS=${BENCH_IDEAS:-"000 001"}
 BENCH_SHAPES=${BENCH_SHAPES:-all}
 BENCH_FAMILY=${BENCH_FAMILY:-cconv}
@@ -105,14 +108,23 @@ done
 if [[ -n ${STAGE_TIMEOUT:-} && ! ${STAGE_TIMEOUT} =~ ^[1-9][0-9]*$ ]]; then
   usage "STAGE_TIMEOUT=$STAGE_TIMEOUT: give a positive number of seconds"
 fi
-PLAN=()  # BENCH_PLAN's entries, checked before anything runs
-if [[ -n ${BENCH_PLAN:-} ]]; then
-  IFS=';' read -r -a PLAN <<<"$BENCH_PLAN"
-  for entry in "${PLAN[@]}"; do
+PLAN=()  # BENCH_PLAN's entries (blank ones dropped), checked before anything runs
+if [[ -n ${BENCH_PLAN+x} ]]; then
+  [[ $BENCH_PLAN != *[$'\n\r']* ]] \
+    || usage "BENCH_PLAN holds a line break: separate its entries with ';' on one line"
+  [[ " $STAGES " == *[\ +]bench[\ +]* ]] \
+    || usage "BENCH_PLAN is set but STAGES=\"$STAGES\" has no bench stage to run it"
+  [[ -z $BENCH_ONE ]] \
+    || usage "BENCH_PLAN and ${BENCH_ONE# } are both set: the plan names each bench's family, idea and shapes"
+  IFS=';' read -r -a entries <<<"$BENCH_PLAN"
+  for entry in "${entries[@]}"; do
     read -r -a words <<<"$entry"
-    ((${#words[@]} >= 3)) && [[ ${words[0]} =~ ^[a-z][a-z0-9_]*$ && ${words[1]} =~ ^[0-9A-Za-z-]+$ ]] \
+    ((${#words[@]})) || continue
+    ((${#words[@]} >= 3)) && [[ ${words[0]} =~ ^[a-z][a-z0-9_]*$ && ${words[1]} =~ ^[0-9A-Za-z][0-9A-Za-z-]*$ ]] \
       || usage "BENCH_PLAN entry '$entry': give 'family idea shapes [options]', entries separated by ';'"
+    PLAN+=("$entry")
   done
+  ((${#PLAN[@]})) || usage "BENCH_PLAN='$BENCH_PLAN' has no entry ('family idea shapes [options]')"
 fi
 if [[ -n ${PYTEST_WORKERS:-} ]]; then
   [[ $PYTEST_WORKERS =~ ^[1-9][0-9]*$ ]] \
@@ -147,7 +159,9 @@ run_stage() {  # name, command...; the outcome goes to $OUT/<name>.rc (stages ma
   echo "=== $name: $*"
   local limit=()
   if [[ -n ${STAGE_TIMEOUT:-} ]]; then
-    limit=(timeout -k 10 "$STAGE_TIMEOUT")
+    # --foreground: the stage stays in this script's process group, so a signal that stops
+    # the run (a call's own time limit, Ctrl-C) reaches it as before
+    limit=(timeout --foreground -k 10 "$STAGE_TIMEOUT")
   fi
   "${limit[@]}" "$@" >"$OUT/$name.log" 2>&1
   local rc=$?
@@ -155,7 +169,7 @@ run_stage() {  # name, command...; the outcome goes to $OUT/<name>.rc (stages ma
   if [[ ${PYTEST_STAGE:-0} == 1 ]]; then  # a test stage that ran no test has failed
     outcome=$(pytest_verdict "$rc" "$OUT/$name.log")
   fi
-  if [[ -n ${STAGE_TIMEOUT:-} ]] && ((rc == 124 || rc == 137)); then
+  if [[ -n ${STAGE_TIMEOUT:-} ]] && ((rc == 124 || rc == 137)) && ((SECONDS - t0 >= STAGE_TIMEOUT)); then
     echo "device.sh: stopped at STAGE_TIMEOUT=${STAGE_TIMEOUT}s" >>"$OUT/$name.log"
     outcome="rc=$rc stopped at STAGE_TIMEOUT=${STAGE_TIMEOUT}s"
   fi
