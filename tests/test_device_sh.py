@@ -218,21 +218,25 @@ def fake_python(tmp_path: Path, body: str) -> str:
     return str(path)
 
 
+def fake_run_env(tmp_path: Path, body: str, **settings: str) -> dict[str, str]:
+    """device.sh's environment for a run with a stand-in PY (fake_python(body)), OUT at
+    tmp_path/out, no Triton cache to unpack, and `settings` (STAGES, STAGE_TIMEOUT, ...)."""
+    return {
+        **os.environ,
+        "OUT": str(tmp_path / "out"),
+        "PY": fake_python(tmp_path, body),
+        "TRITON_CACHE_IN": str(tmp_path / "no-cache"),
+        "TRITON_CACHE_DIR": str(tmp_path / "tc"),
+        **settings,
+    }
+
+
 def test_stage_timeout_stops_a_stage_and_the_run_goes_on(tmp_path: Path) -> None:
     """A stage past STAGE_TIMEOUT is stopped, says so in its .rc and log, and the stages after
     it still run (what a call with a time limit needs to bring its records back)."""
     out = tmp_path / "out"
-    env = {
-        **os.environ,
-        "STAGES": "drift prodtime",
-        "OUT": str(out),
-        "PY": fake_python(
-            tmp_path, 'if [[ $1 == tools/drift.py ]]; then sleep 60; fi; echo ran "$@"'
-        ),
-        "STAGE_TIMEOUT": "2",
-        "TRITON_CACHE_IN": str(tmp_path / "no-cache"),
-        "TRITON_CACHE_DIR": str(tmp_path / "tc"),
-    }
+    body = 'if [[ $1 == tools/drift.py ]]; then sleep 60; fi; echo ran "$@"'
+    env = fake_run_env(tmp_path, body, STAGES="drift prodtime", STAGE_TIMEOUT="2")
     res = sh(env=env, timeout=50)
     assert res.returncode == 1, res.stdout + res.stderr
     rc = (out / "drift.rc").read_text()
@@ -245,15 +249,7 @@ def test_stage_timeout_stops_a_stage_and_the_run_goes_on(tmp_path: Path) -> None
 def test_a_stage_that_dies_early_is_not_reported_as_timed_out(tmp_path: Path) -> None:
     # killed (137, as by the kernel's OOM killer) after 0 s, well before STAGE_TIMEOUT
     out = tmp_path / "out"
-    env = {
-        **os.environ,
-        "STAGES": "drift",
-        "OUT": str(out),
-        "PY": fake_python(tmp_path, "kill -9 $$"),
-        "STAGE_TIMEOUT": "600",
-        "TRITON_CACHE_IN": str(tmp_path / "no-cache"),
-        "TRITON_CACHE_DIR": str(tmp_path / "tc"),
-    }
+    env = fake_run_env(tmp_path, "kill -9 $$", STAGES="drift", STAGE_TIMEOUT="600")
     res = sh(env=env, timeout=50)
     assert res.returncode == 1, res.stdout + res.stderr
     rc = (out / "drift.rc").read_text()
@@ -263,17 +259,8 @@ def test_a_stage_that_dies_early_is_not_reported_as_timed_out(tmp_path: Path) ->
 def test_stopping_the_run_stops_a_stage_under_stage_timeout(tmp_path: Path) -> None:
     # A call's own time limit signals the run's process group: a stage under STAGE_TIMEOUT
     # must not outlive it, still holding the GPU.
-    out = tmp_path / "out"
     marker = tmp_path / "still-running"
-    env = {
-        **os.environ,
-        "STAGES": "drift",
-        "OUT": str(out),
-        "PY": fake_python(tmp_path, f"sleep 8; touch {marker}"),
-        "STAGE_TIMEOUT": "100",
-        "TRITON_CACHE_IN": str(tmp_path / "no-cache"),
-        "TRITON_CACHE_DIR": str(tmp_path / "tc"),
-    }
+    env = fake_run_env(tmp_path, f"sleep 8; touch {marker}", STAGES="drift", STAGE_TIMEOUT="100")
     proc = subprocess.Popen(["bash", str(SCRIPT)], env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     time.sleep(2)
@@ -285,15 +272,8 @@ def test_stopping_the_run_stops_a_stage_under_stage_timeout(tmp_path: Path) -> N
 
 def test_bench_plan_runs_each_entry_with_its_own_shapes_and_options(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    env = {
-        **os.environ,
-        "STAGES": "bench",
-        "OUT": str(out),
-        "PY": fake_python(tmp_path, 'echo args: "$@"'),
-        "BENCH_PLAN": "cconv 007 packed-131072-d2048,prod ; kda 004 v128 --knob KDA_WY_WARPS=4;",
-        "TRITON_CACHE_IN": str(tmp_path / "no-cache"),
-        "TRITON_CACHE_DIR": str(tmp_path / "tc"),
-    }
+    plan = "cconv 007 packed-131072-d2048,prod ; kda 004 v128 --knob KDA_WY_WARPS=4;"
+    env = fake_run_env(tmp_path, 'echo args: "$@"', STAGES="bench", BENCH_PLAN=plan)
     res = sh(env=env, timeout=50)
     assert res.returncode == 0, res.stdout + res.stderr
     first = (out / "bench-1-cconv-007.log").read_text().strip()
