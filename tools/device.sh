@@ -27,8 +27,9 @@
 # BENCH_FAMILY and BENCH_SHAPES (setting both is refused). Options are split at blanks.
 # STAGE_TIMEOUT=S stops any one stage (each bench entry too) after S seconds (rc=124, "stopped
 # at STAGE_TIMEOUT"), so the stages after it and the packing of records and logs still run
-# inside a call's time limit (only the stage's own process: children it leaves are not). `fsdp2` trains a
-# 2-layer KDA stack under FSDP2 on 2 GPUs, fla vs patched ($OUT/fsdp2.json, fsdp2.log).
+# inside a call's time limit (only the stage's own process: children it leaves are not).
+# `fsdp2` trains a 2-layer KDA stack under FSDP2 on 2 GPUs, fla vs patched ($OUT/fsdp2.json,
+# fsdp2.log).
 # Two entry points for checking the summary logic without a GPU:
 #   bash tools/device.sh --verdict RC LOG     the outcome line of a pytest run (exit 0 or 1)
 #   bash tools/device.sh --summary OUT STAGE...   the summary of OUT/<stage>.rc files
