@@ -4,6 +4,7 @@ the timing itself needs the H200)."""
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -134,3 +135,13 @@ def test_bench_without_a_gpu_exits_2(tmp_path: Path) -> None:
         pytest.skip("this machine has a GPU: the bench would run")
     proc = _bench("005", "--out", str(tmp_path / "r.json"))
     assert proc.returncode == 2 and "no CUDA GPU" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_a_launch_fails_on_a_race_a_large_difference_or_a_non_finite_output() -> None:
+    import kda_stage_bench
+
+    ok = {"dq": 1e-4, "dg": 4.7e-4}
+    assert kda_stage_bench.judge(ok, True) == ("dg", True)
+    assert kda_stage_bench.judge(ok, False) == ("dg", False)  # two calls differed
+    assert kda_stage_bench.judge({"dq": 1e-4, "dk": 0.5}, True) == ("dk", False)
+    assert kda_stage_bench.judge({"dq": 1e-4, "dh0": math.nan, "dk": 2e-3}, True) == ("dh0", False)
