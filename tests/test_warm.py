@@ -103,3 +103,36 @@ def test_module_command_runs_as_main(tmp_path: Path) -> None:
 
     for i in range(2):
         assert (logs / f"warm-{i}.log").read_text().strip() == platform.platform(terse=True)
+
+
+def test_stopping_the_parent_stops_the_warm_processes(tmp_path: Path) -> None:
+    import os
+    import signal
+    import time
+
+    script = tmp_path / "sleep.py"
+    script.write_text("import os, time\nprint(os.getpid(), flush=True)\ntime.sleep(60)\n")
+    logs = tmp_path / "logs"
+    p = subprocess.Popen(
+        [sys.executable, str(ROOT / "tools" / "warm.py"), "-j", "2", "--logs", str(logs), "--",
+         str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    pids = []
+    for _ in range(200):
+        texts = [(logs / f"warm-{i}.log") for i in range(2)]
+        pids = [int(t.read_text()) for t in texts if t.exists() and t.read_text().strip()]
+        if len(pids) == 2:
+            break
+        time.sleep(0.05)
+    assert len(pids) == 2
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=10) == 128 + signal.SIGTERM
+    for pid in pids:
+        for _ in range(100):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError(f"warm process {pid} still runs")

@@ -16,7 +16,7 @@ load from the others). Disk-cached picks (``cache_results``, fla's ``FLA_CACHE_R
 neither read nor written by them, so the real run tunes on the whole list, alone.
 
 Each process's output goes to ``<logs>/warm-<i>.log`` (``--logs``, default a temporary
-folder, printed). Exit status: 0 when every process exited 0; else the first non-zero status
+folder, printed). Stopping this process (SIGTERM, Ctrl-C) kills the warm processes. Exit status: 0 when every process exited 0; else the first non-zero status
 among them (its log's last lines are printed); 2 on a usage error.
 """
 
@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import runpy
+import signal
 import subprocess
 import sys
 import tempfile
@@ -112,14 +113,23 @@ def main(args: list[str] | None = None) -> int:
             (i, log, subprocess.Popen([sys.executable, __file__, *cmd], env=env, stdout=log,
                                       stderr=subprocess.STDOUT))
         )  # fmt: skip
+    # stopped (a time limit's SIGTERM, Ctrl-C): stop the warm processes too
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     status = 0
-    for i, log, p in procs:
-        rc = p.wait()
-        log.close()
-        if rc != 0 and status == 0:
-            status = rc
-            tail = (logs / f"warm-{i}.log").read_text(errors="replace").splitlines()[-15:]
-            print(f"warm process {i}/{ns.jobs} exited {rc}:", *tail, sep="\n  ", file=sys.stderr)
+    try:
+        for i, log, p in procs:
+            rc = p.wait()
+            log.close()
+            if rc != 0 and status == 0:
+                status = rc
+                tail = (logs / f"warm-{i}.log").read_text(errors="replace").splitlines()[-15:]
+                print(
+                    f"warm process {i}/{ns.jobs} exited {rc}:", *tail, sep="\n  ", file=sys.stderr
+                )
+    finally:
+        for _i, _log, p in procs:
+            if p.poll() is None:
+                p.kill()
     print(f"warm: {ns.jobs} processes, exit {status}, logs in {logs}")
     return status
 
