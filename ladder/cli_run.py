@@ -51,7 +51,8 @@ def check(
     shapes: Annotated[
         str | None,
         typer.Option(
-            help="small|prod|sweep|all (default: all on a GPU; small on the interpreter)."
+            help="small|prod|sweep|all, or shape names joined by commas (e.g. v128,gva; on "
+            "a GPU only). Default: all on a GPU; small on the interpreter."
         ),
     ] = None,
     knob: Annotated[
@@ -74,7 +75,9 @@ def check(
     fam = paths.load_family(family, root, complete=True)
     folder = prepare_idea(family, idea, knobs, root, load=False).folder
     if shapes is not None and shapes not in CHECK_SHAPE_SETS:
-        raise LadderError(f"--shapes {shapes!r} is not one of {', '.join(CHECK_SHAPE_SETS)}")
+        from ladder.bench import select_shapes
+
+        select_shapes(fam, shapes, CHECK_SHAPE_SETS)  # a name list: each must be the family's
     check_seed(seed)
     gpu = False if interpret else _gpu_available()
     seed = seed if seed is not None else secrets.randbits(30)

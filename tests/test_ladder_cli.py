@@ -251,6 +251,13 @@ def test_bad_shape_sets(no_gpu) -> None:
         "runs the small shapes only",
         "--shapes prod",
     )
+    # shape names, as bench takes them: each must be the family's; on the GPU only
+    assert_usage_error(run("check", "toy", "1", "--shapes", "prod,tiny"), "tiny is neither")
+    assert_usage_error(
+        run("check", "toy", "1", "--shapes", "prod,d16-w2"),
+        "runs the small shapes only",
+        "--shapes prod,d16-w2",
+    )
 
 
 def test_new_refuses_bad_and_taken_slugs(tmp_path: Path) -> None:
