@@ -136,3 +136,61 @@ def test_stopping_the_parent_stops_the_warm_processes(tmp_path: Path) -> None:
             time.sleep(0.05)
         else:
             raise AssertionError(f"warm process {pid} still runs")
+
+
+def test_ladder_mode_checks_its_options(tmp_path: Path) -> None:
+    warm_py = [sys.executable, str(ROOT / "tools" / "warm.py"), "-j", "1"]
+    both = subprocess.run(
+        [*warm_py, "--ladder", "toy", "1", "prod", "--", "x.py"], capture_output=True, text=True
+    )
+    assert both.returncode == 2 and "not both" in both.stderr
+    stray = subprocess.run(
+        [*warm_py, "--knob", "A=1", "--", "x.py"], capture_output=True, text=True
+    )
+    assert stray.returncode == 2 and "--knob goes with --ladder" in stray.stderr
+
+
+def test_ladder_mode_runs_the_family_workload_in_each_process(tmp_path: Path, monkeypatch) -> None:
+    # the child side, in process: every shape, idea then baseline, through the family's run
+    calls = []
+
+    class Fam:
+        BASELINE = "fla"
+
+        @staticmethod
+        def make_inputs(shape, device, seed):
+            return (shape.name, device)
+
+        @staticmethod
+        def run(impl, inputs, poison):
+            poison([])
+            calls.append((impl, inputs))
+
+    class Shape:
+        def __init__(self, name):
+            self.name = name
+
+    import types
+
+    from ladder import bench, paths, prepare
+
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(paths, "load_family", lambda family, complete: Fam)
+    monkeypatch.setattr(
+        bench, "select_shapes", lambda fam, which, sets: [Shape(n) for n in which.split(",")]
+    )
+    got_knobs = []
+
+    def prep(family, idea, knobs, load):
+        got_knobs.append((family, idea, list(knobs)))
+        return types.SimpleNamespace(module="idea")
+
+    monkeypatch.setattr(prepare, "prepare_idea", prep)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    warm.ladder_workload("toy", "7", "a,b", ["K=1"])
+    assert got_knobs == [("toy", "7", ["K=1"])]
+    assert calls == [
+        ("idea", ("a", "cuda")), ("fla", ("a", "cuda")),
+        ("idea", ("b", "cuda")), ("fla", ("b", "cuda")),
+    ]  # fmt: skip

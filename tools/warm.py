@@ -1,6 +1,6 @@
 """Fill Triton's on-disk kernel cache for a command, compiling in N processes at once.
 
-    python tools/warm.py -j 8 -- -m ladder check kda 007 --shapes prod
+    python tools/warm.py -j 6 --ladder kda 007 prod,deep-gate [--knob KDA_WY_BK=64]
     python tools/warm.py -j 4 -- -m ladder check cconv 007 --shapes packed-131072-d2048
 
 On a cold machine Triton's autotuner compiles every configuration of every autotuned kernel
@@ -10,6 +10,11 @@ autotuning each kernel over configurations i, i+N, i+2N, ... of its list only, s
 configuration is compiled once, by one of N processes, into the shared cache
 (``TRITON_CACHE_DIR``). A later run of the real command (a ladder bench) then finds every
 binary on disk and only times the configurations.
+
+``--ladder FAMILY IDEA SHAPES`` is the workload of a ladder bench at those shapes without its
+oracle or timing: each process runs the family's ``run`` (forward, then backward) once per
+shape on the idea (with its ``--knob`` values) and on the baseline, shape after shape, so a
+process holds one shape's tensors at a time (mind N x the peak memory of one call).
 
 What it never keeps: the warm processes' autotune picks (each saw part of the list, under
 load from the others). Disk-cached picks (``cache_results``, fla's ``FLA_CACHE_RESULTS``) are
@@ -84,11 +89,39 @@ def _child(part: str, argv: list[str]) -> None:
         runpy.run_path(argv[0], run_name="__main__")
 
 
+LADDER_FLAG = "--run-ladder"  # a warm process's first argument in --ladder mode
+
+
+def ladder_workload(family: str, idea: str, shapes: str, knobs: list[str]) -> None:
+    """The family's run(impl, inputs, poison) once per shape, on the idea then the baseline."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import torch
+
+    from ladder import paths
+    from ladder.bench import BENCH_SHAPE_SETS, select_shapes
+    from ladder.prepare import prepare_idea
+
+    fam = paths.load_family(family, complete=True)
+    module = prepare_idea(family, idea, knobs, load=True).module
+    for shape in select_shapes(fam, shapes, BENCH_SHAPE_SETS):
+        for impl in (module, fam.BASELINE):
+            inputs = fam.make_inputs(shape, "cuda", 0)
+            fam.run(impl, inputs, lambda specs: None)
+            del inputs
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+        print(f"warm: {shape.name} done", flush=True)
+
+
 def main(args: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if args is None else args)
     part = os.environ.get(PART_ENV)
     if part is not None:  # a warm process: run the command, patched
-        _child(part, args)
+        if args[:1] == [LADDER_FLAG]:
+            patch_autotuner(*parse_part(part))
+            ladder_workload(args[1], args[2], args[3], args[4:])
+        else:
+            _child(part, args)
         return 0
     ap = argparse.ArgumentParser(
         prog="tools/warm.py",
@@ -96,10 +129,21 @@ def main(args: list[str] | None = None) -> int:
     )
     ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--logs", type=Path, default=None, help="folder for warm-<i>.log")
+    ap.add_argument(
+        "--ladder", nargs=3, metavar=("FAMILY", "IDEA", "SHAPES"), default=None,
+        help="run a ladder bench's workload (no oracle, no timing) instead of a command",
+    )  # fmt: skip
+    ap.add_argument("--knob", action="append", default=[], help="KEY=VALUE, with --ladder")
     ap.add_argument("command", nargs=argparse.REMAINDER, help="-- then python's arguments")
     ns = ap.parse_args(args)
     cmd = ns.command[1:] if ns.command[:1] == ["--"] else ns.command
-    if not cmd or (cmd[0] == "-m" and len(cmd) < 2):
+    if ns.ladder is not None:
+        if cmd:
+            ap.error("give --ladder or a command after --, not both")
+        cmd = [LADDER_FLAG, *ns.ladder, *ns.knob]
+    elif ns.knob:
+        ap.error("--knob goes with --ladder; a command takes its own options")
+    elif not cmd or (cmd[0] == "-m" and len(cmd) < 2):
         ap.error("give the command after --, e.g. -- -m ladder check kda 007 --shapes prod")
     if ns.jobs < 1:
         ap.error(f"--jobs must be 1 or more, got {ns.jobs}")
