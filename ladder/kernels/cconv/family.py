@@ -93,9 +93,9 @@ KNOB_RULES = {
 
 # The one declared place mapping idea modules (file stem in the idea folder) to module names
 # in package/src/kernel_fun/cconv/_kernels/. An idea not listed cannot be vendored. A literal:
-# the vendor reads it from this file's source. kernel_fun.cconv.ops imports the box kernels
-# of 004 (strip4), 003 (strip3) or 002 (strip2), whichever is vendored, and 001's dense
-# pair otherwise.
+# the vendor reads it from this file's source. kernel_fun.cconv.ops takes the box kernels
+# from the vendored winner's module when it carries every case (ops.box_modules()), else
+# from 004 (strip4), 003 (strip3) or 002 (strip2), and 001's dense pair otherwise.
 VENDOR = {
     "package": "kernel_fun.cconv",
     "modules": {
@@ -106,6 +106,7 @@ VENDOR = {
         "005-small-call-grid": {"kernel": "strip5"},  # imports 002's and 004's
         "006-case-loop-fwd": {"kernel": "strip6"},  # imports 002's and 004's
         "007-case-loop-bwd": {"kernel": "strip7"},  # imports 002's, 004's and 006's
+        "008-case-loop-small-grid": {"kernel": "strip8"},  # imports 004's to 007's
     },
 }
 
