@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -94,12 +95,17 @@ def test_readme_research_numbers_are_the_committed_records() -> None:
         )  # fmt: skip
         line = next(ln for ln in readme.splitlines() if ln.startswith(label))
         assert line.endswith(cells), (line, cells)
-    cc = "ladder/kernels/cconv/ideas/002-strip-box/records/20261130T175109Z-39e2a4a1.json"
-    for name, label in (
-        ("prod-bias-residual", "| prod with bias and residual |"),
-        ("packed-131072-d2048", "| packed B1, 131072 tokens, lengths 1..8192 |"),
-        ("prefill-state", "| prefill with initial and final state, B16 T4096 |"),
-    ):
+    cc_ideas = "ladder/kernels/cconv/ideas/"
+    case_rows = [
+        (cc_ideas + "002-strip-box/records/20261130T175109Z-39e2a4a1.json", ""),
+        (cc_ideas + "007-case-loop-bwd/records/20261201T112950Z-16d2b484.json", "007, "),
+    ]
+    for (cc, idea), (name, label) in itertools.product(case_rows, (
+        ("prod-bias-residual", "prod with bias and residual |"),
+        ("packed-131072-d2048", "packed B1, 131072 tokens, lengths 1..8192 |"),
+        ("prefill-state", "prefill with initial and final state, B16 T4096 |"),
+    )):  # fmt: skip
+        label = "| " + idea + label
         e = _shape(cc, name)
         f, b = e["fwd"], e["bwd"]
         cells = (
@@ -107,12 +113,15 @@ def test_readme_research_numbers_are_the_committed_records() -> None:
             f" | {b['candidate_ms']['median']:.3f} ({b['baseline_ms']['median']:.3f}) | {b['ratio']:.2f}x |"
         )  # fmt: skip
         assert label + cells in readme, label + cells
-    cc_ideas = "ladder/kernels/cconv/ideas/"
-    for path, label in (
-        ("004-exact-sigmoid/records/20261201T001833Z-f1b512bd.json", "| B16 T8192 D2048 W4 (prod), 004 |"),
-        ("003-strip-merge/records/20261130T222124Z-48feb3e7.json", "| B16 T8192 D2048 W4 (prod), 003 |"),
+    small = "005-small-call-grid/records/20261201T113044Z-5a185b36.json"
+    for path, name, label in (
+        (small, "prod", "| B16 T8192 D2048 W4 (prod), 005 |"),
+        (small, "b4-t2048", "| B4 T2048 D2048, 005 |"),
+        (small, "b1-t4096-d768", "| B1 T4096 D768, 005 |"),
+        ("004-exact-sigmoid/records/20261201T001833Z-f1b512bd.json", "prod", "| B16 T8192 D2048 W4 (prod), 004 |"),
+        ("003-strip-merge/records/20261130T222124Z-48feb3e7.json", "prod", "| B16 T8192 D2048 W4 (prod), 003 |"),
     ):  # fmt: skip
-        e = _shape(cc_ideas + path, "prod")
+        e = _shape(cc_ideas + path, name)
         f, b = e["fwd"], e["bwd"]
         cells = (
             f" {f['candidate_ms']['median']:.3f} ({f['baseline_ms']['median']:.3f}) | {f['ratio']:.2f}x"

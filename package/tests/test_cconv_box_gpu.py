@@ -3,8 +3,9 @@ fp64 reference (cconv_reference.py) and against fla side by side (our error at m
 fla's), fallbacks bit-identical to fla, NaN/Inf where fla has them, the silu tail in bf16,
 and launches on the tensors' device.
 
-The `box` fixture routes the package to the vendored box module (004's strip4, 003's strip3
-or 002's strip2, the first the build has), else to idea 003's source. To check a candidate
+The `box` fixture routes the package to the vendored box module (`ops.box_modules()`: the
+winner's module, else 004's strip4, 003's strip3 or 002's strip2, the first the build has),
+else to idea 003's source. To check a candidate
 idea before it is vendored, name its kernel module:
 KERNEL_FUN_TEST_BOX=ladder.kernels.cconv.ideas.i004.kernel (the dense loop included: the
 package's dense calls then run that module's cconv_fwd / cconv_bwd too).

@@ -42,8 +42,7 @@ def test_no_vendored_kernels_leaves_the_list(monkeypatch):
 
 def test_this_build_takes_the_module_its_init_imports_from():
     """The vendored build: `_kernels/__init__.py` imports the entry points from the winner's
-    module (004's strip4 in this build, which carries every case), and that module is the
-    first one tried. The entry points' own __module__ is not the test: an idea may hand out
+    module, and that module is the first one tried when it carries every case. The entry points' own __module__ is not the test: an idea may hand out
     another idea's functions (cconv 007 hands out 006's)."""
     import importlib
 

@@ -13,9 +13,10 @@ Supported box (README, "The supported box (cconv)"): every case of fla's causal_
 (bias, residual, activation None/"silu"/"swish", initial and final state, cu_seqlens; x
 fp16/bf16/fp32 [B, T, D] any strides on a CUDA device of a tested architecture; weight
 [D, W <= 4] any float dtype) except backend "cuda"/"mix" and cp_context, plus the decode
-step `causal_conv1d_update`. This takes idea 004's kernels (`_kernels/strip4.py` and the
-`strip2.py` it imports), which this build vendors; a build with idea 001's kernels alone
-runs only bf16/fp16 x with silu and no optional argument and sends the rest to fla.
+step `causal_conv1d_update`. This takes the box kernels of the vendored idea (this build:
+005, `_kernels/strip5.py`, with the `strip4.py` and `strip2.py` it imports); a build with
+idea 001's kernels alone runs only bf16/fp16 x with silu and no optional argument and sends
+the rest to fla.
 """
 
 from .ops import causal_conv1d, causal_conv1d_update, is_supported, warmup

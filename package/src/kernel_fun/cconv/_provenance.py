@@ -3,11 +3,11 @@
 """Where kernel_fun.cconv._kernels came from. Literals only: tools/drift.py reads them
 with ast.literal_eval and never imports this module."""
 
-SOURCE_COMMIT = "65c0cfda6f391795c870567d4a52ff9b472f820a"
+SOURCE_COMMIT = "bfded222783717e6ffd7cd6578640f0e3521ccad"
 RECORD = {
-    "idea": "004-exact-sigmoid",
-    "record_id": "20261201T001833Z-f1b512bd",
-    "sha256": "6f0f36c6fe3a5adc0f7388943d51d7a660ba4bae73af23a77bf520e44e858848",
+    "idea": "005-small-call-grid",
+    "record_id": "20261201T113044Z-5a185b36",
+    "sha256": "bc70fd28cb80f259155d8433fd7ceebe94d37c31a48a064bc5182a09298270a2",
 }
 KNOBS = {
     "CCONV_AUTOTUNE": True,
@@ -16,17 +16,20 @@ KNOBS = {
     "CCONV_FIXED_WARPS": 2,
     "CCONV_MAXNREG": True,
     "CCONV_MIN_PROGRAMS": 1056,
+    "CCONV_SMALL_BWD": False,
     "CCONV_SMALL_WORK": 4194304,
     "CCONV_TARGET_PROGRAMS": 2048,
 }
 SOURCE_FILES = {
     "ladder/kernels/cconv/ideas/002-strip-box/kernel.py": "6efc2eed489309c705321636ce469f4fa7cbac3cdac70d5e54ebf9b13ac67432",
     "ladder/kernels/cconv/ideas/004-exact-sigmoid/kernel.py": "fba8aa543ee368e44d043c064ad99495e71260a07486d2c08c32d1b4972e85e9",
+    "ladder/kernels/cconv/ideas/005-small-call-grid/kernel.py": "16e725b377b60dda3a4b87feccc27744c20d8a81768882ec1493d8e8bc22a82e",
 }
 OUTPUT_FILES = {
-    "package/src/kernel_fun/cconv/_kernels/__init__.py": "340a0f27db46afa53c9381c55cf2da42b7589ea735fef9d7320987f92a91523e",
-    "package/src/kernel_fun/cconv/_kernels/strip2.py": "a9db13f4789088bbe407ed78a77a0ed2404369d79b94a49bb5e574603ad4dfd3",
-    "package/src/kernel_fun/cconv/_kernels/strip4.py": "bee00e4b12adacccd5042eeb8429af966255311d0ff5e5806b958790e0ff3438",
+    "package/src/kernel_fun/cconv/_kernels/__init__.py": "65174bd27e4d07d34e658b44cdda42ac8695d9e6a8f283a041d24fe0c900295b",
+    "package/src/kernel_fun/cconv/_kernels/strip2.py": "5a2d453dde23c1dcc15a6d40fb1e3f0d33df05fed846d232ee0573c1d4db9483",
+    "package/src/kernel_fun/cconv/_kernels/strip4.py": "f2a1ca07ec646df367b380c36a6bb3edfd7aec56e82bb444f2394532bcc19df2",
+    "package/src/kernel_fun/cconv/_kernels/strip5.py": "2e689432c7a368dfe93df4615da7d9470aa3225d63ca9b6ae00eec42e93286f8",
 }
 VENDOR = {
     "libcst": "1.9.0",

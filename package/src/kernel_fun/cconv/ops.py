@@ -5,14 +5,13 @@ The gate is a whitelist. `FLA_PARAMETERS` classifies every parameter of fla's
 `causal_conv1d`; a keyword fla may grow later lands in `**kwargs`, and any keyword there
 forces the fallback, so a flag this package has never seen can never be silently ignored.
 
-Three generations of kernels: `_kernels/strip.py` (idea 001: bf16/fp16 x, silu, no optional
-argument), `_kernels/strip2.py` (idea 002: every case of fla's causal_conv1d but
-`backend="cuda"` / `"mix"` and `cp_context`, and the decode step) and `_kernels/strip3.py`
-(idea 003: 001's dense loop and, through the `strip2` module it imports, 002's kernels for the other cases;
-the same functions as strip2), and `_kernels/strip4.py` (idea 004: 003 with an exact bf16
-sigmoid in one form). The box module (`box_modules()`: the vendored winner's module when it
-carries every case, else the first of strip4, strip3 and strip2 the build vendors) is
-imported on first use; while none is (`_box()` is None) only 001's case runs our kernels.
+Two kinds of vendored module: `_kernels/strip.py` (idea 001: bf16/fp16 x, silu, no optional
+argument) and box modules, which take every case of fla's causal_conv1d but
+`backend="cuda"` / `"mix"` and `cp_context`, and the decode step (`BOX_API`: 002's
+`strip2.py` and every later idea's module, which may import an earlier one's kernels). The
+box module (`box_modules()`: the vendored winner's module when it carries every case, else
+the first of strip4, strip3 and strip2 the build vendors) is imported on first use; while
+none is (`_box()` is None) only 001's case runs our kernels.
 
 The entry point is opaque to torch.compile (`torch.compiler.disable`) and every tensor
 operation of our path runs inside one `torch.autograd.Function`. Every launch, forward and
