@@ -498,9 +498,10 @@ def test_check_idea_on_the_interpreter(idea) -> None:
 
 
 def test_the_dispatch_finds_003s_module_first(monkeypatch) -> None:
-    """kernel_fun.cconv.ops looks for the vendored box module as strip4 (idea 004), strip3
-    (003), then strip2 (002), and the dense pair comes from it; with neither (a build of 001 alone) the
-    box is None and the dense pair is the vendored _kernels package's."""
+    """kernel_fun.cconv.ops looks for the vendored box module as the winner's module
+    (`box_modules()`), then strip4 (idea 004), strip3 (003) and strip2 (002), and the dense
+    pair comes from it; with neither (a build of 001 alone) the box is None and the dense pair
+    is the vendored _kernels package's."""
     import importlib
     import types
 
@@ -509,13 +510,15 @@ def test_the_dispatch_finds_003s_module_first(monkeypatch) -> None:
     assert ops.BOX_MODULES == (ops.EXACT_MODULE, ops.MERGED_MODULE, ops.BOX_MODULE)
     monkeypatch.setattr(ops, "_box_mod", False)
     built = None  # what this build vendors: the first box module that imports
-    for name in ops.BOX_MODULES:
+    for name in ops.box_modules():
         try:
             built = importlib.import_module(name)
         except ModuleNotFoundError:
             continue
         break
     assert ops._box() is built and ops._dense() is (built or _kernels)
+    # from here a build whose winner is one of the known modules (or 001's dense pair)
+    monkeypatch.setattr(ops, "_winner_module", lambda: None)
     for name in ops.BOX_MODULES:  # a build without any
         monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.setattr(ops, "_box_mod", False)

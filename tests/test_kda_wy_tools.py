@@ -83,12 +83,16 @@ def test_bench_parse_launch_maps_knobs() -> None:
         BK=32, BV=64, NUM_WARPS=4, NUM_STAGES=2, MAXNREG=168
     )
     assert kda_stage_bench.parse_launch("64,8,3", "dhu") == dict(BV=64, NUM_WARPS=8, NUM_STAGES=3)
+    assert kda_stage_bench.parse_launch("32,4,1", "fwdho") == dict(BV=32, NUM_WARPS=4, NUM_STAGES=1)
     # the knob globals the tool sets are the ones the ideas' modules read
     from ladder.kernels.kda.ideas.i005 import wy
     from ladder.kernels.kda.ideas.i006 import dhu
+    from ladder.kernels.kda.ideas.i008 import fwd
 
     assert all(hasattr(wy, n) for n in kda_stage_bench.KNOBS["wy"])
     assert all(hasattr(dhu, n) for n in kda_stage_bench.KNOBS["dhu"])
+    assert all(hasattr(fwd, n) for n in kda_stage_bench.KNOBS["fwdho"])
+    assert set(kda_stage_bench.DEFAULT_LAUNCH) == set(kda_stage_bench.KNOBS)
 
 
 @pytest.mark.parametrize(
@@ -97,9 +101,11 @@ def test_bench_parse_launch_maps_knobs() -> None:
         (["009"], "no idea '009'"),
         (["006"], "has no wy.py of its own"),
         (["005", "--stage", "dhu"], "has no dhu.py"),
+        (["007", "--stage", "fwdho"], "has no fwd.py"),
+        (["008", "--stage", "fwdho", "--launch", "64,4"], "three positive ints"),
         (["006", "--stage", "dhu", "--launch", "64,8"], "three positive ints"),
         (["006", "--stage", "dhu", "--launch", "48,8,3"], "BV 48 is not a power of two"),
-        (["006", "--stage", "bogus"], "wy or dhu"),
+        (["006", "--stage", "bogus"], "wy, dhu or fwdho"),
         (["005", "--T", "100"], "not a multiple of 64"),
         (["005", "--HV", "24"], "not a multiple of H"),
         (["005", "--launch", "64,64"], "four or five"),

@@ -1,9 +1,11 @@
-"""Time one backward stage of kda ideas against fla's, stage alone (on the H200).
+"""Time one stage of kda ideas against fla's, stage alone (on the H200).
 
     python tools/kda_stage_bench.py 004 005 --launch 64,64,4,2 --launch 32,64,4,2,168 \
         --out out/kda-wy-bench.json
     python tools/kda_stage_bench.py 006 --stage dhu --launch 64,8,3 --launch 32,4,3 \
         --out out/kda-dhu-bench.json
+    python tools/kda_stage_bench.py 008 --stage fwdho --launch 64,4,1 --launch 32,4,2 \
+        --out out/kda-fwdho-bench.json
 
 A whole-op bench re-runs fla's autotuned chain for every launch tried; this tool times one
 stage on random inputs of its shapes and dtypes at one problem size (default prod: B16
@@ -16,6 +18,10 @@ T8192 H16 K128 V256, dense):
 - `--stage dhu`: the state-gradient stage, with an initial state and a final-state
   gradient. fla's ``chunk_gated_delta_rule_bwd_dhu`` (state_v_first) against each idea's
   ``dhu.bwd_dhu`` at each launch: BV, warps, stages.
+- `--stage fwdho`: the forward's state pass and output, with an initial and a final state.
+  fla's two kernels, ``chunk_gated_delta_rule_fwd_h`` then ``chunk_gla_fwd_o_gk``
+  (state_v_first), against each idea's fused ``fwd.fwd_h_o`` (kda/008) at each launch: BV,
+  warps, stages.
 
 fla's function is autotuned at that size in this process on its first call. The launch is
 set through the idea module's knob globals for the call (the same values its knobs give at
@@ -45,19 +51,25 @@ from outpath import out_problem  # noqa: E402
 
 from ladder.check import rel_err  # noqa: E402
 
-OUTPUTS = {"wy": ("dq", "dk", "dv2", "db", "dg", "dA"), "dhu": ("dh", "dh0", "dv2")}
+OUTPUTS = {
+    "wy": ("dq", "dk", "dv2", "db", "dg", "dA"),
+    "dhu": ("dh", "dh0", "dv2"),
+    "fwdho": ("o", "ht"),
+}
 MAX_REL = 1e-2  # bf16 operands in both kernels' products: 1e-3 is typical (004's NOTES)
 KNOBS = {
     "wy": ("BK", "BV", "NUM_WARPS", "NUM_STAGES", "MAXNREG"),
     "dhu": ("BV", "NUM_WARPS", "NUM_STAGES"),
+    "fwdho": ("BV", "NUM_WARPS", "NUM_STAGES"),
 }
-MODULES = {"wy": "wy", "dhu": "dhu"}
+MODULES = {"wy": "wy", "dhu": "dhu", "fwdho": "fwd"}
+DEFAULT_LAUNCH = {"wy": "64,64,4,2", "dhu": "64,8,3", "fwdho": "64,4,1"}
 
 
 def parse_launch(spec: str, stage: str = "wy") -> dict[str, int]:
     """The stage's knob globals from a launch string: wy "BK,BV,warps,stages[,maxnreg]" ->
-    {"BK", "BV", "NUM_WARPS", "NUM_STAGES"[, "MAXNREG"]}; dhu "BV,warps,stages" -> {"BV",
-    "NUM_WARPS", "NUM_STAGES"}. ValueError naming what is wrong."""
+    {"BK", "BV", "NUM_WARPS", "NUM_STAGES"[, "MAXNREG"]}; dhu and fwdho "BV,warps,stages" ->
+    {"BV", "NUM_WARPS", "NUM_STAGES"}. ValueError naming what is wrong."""
     form = "BK,BV,warps,stages[,maxnreg]" if stage == "wy" else "BV,warps,stages"
     counts = (4, 5) if stage == "wy" else (3,)
     try:
@@ -120,6 +132,8 @@ def _stage_calls(stage: str, x: dict, B: int, H: int, HV: int, K: int, V: int):
     """(fla's call, ours(mod) -> outputs) for the stage on the inputs x."""
     import torch
 
+    if stage == "fwdho":
+        return _fwdho_calls(x, B, H, HV, K, V)
     if stage == "wy":
         from fla.ops.kda.chunk_bwd import chunk_kda_bwd_wy_dqkg_fused
 
@@ -155,11 +169,42 @@ def _stage_calls(stage: str, x: dict, B: int, H: int, HV: int, K: int, V: int):
     return fla_call, ours
 
 
+def _fwdho_calls(x: dict, B: int, H: int, HV: int, K: int, V: int):
+    """(fla's call, ours(mod)) for the forward's state pass and output: kg = k * 2^g, w
+    random, u = v, Aqk = A, an initial state, the final state returned."""
+    import torch
+    from fla.ops.common.chunk_delta_h import chunk_gated_delta_rule_fwd_h
+    from fla.ops.gla.chunk import chunk_gla_fwd_o_gk
+
+    T = x["q"].shape[1]
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    kg = (x["k"].float().repeat_interleave(HV // H, 2) * torch.exp2(x["g"])).to(torch.bfloat16)
+    w = (torch.randn(B, T, HV, K, device="cuda", generator=gen) * 0.1).to(torch.bfloat16)
+    h0 = torch.randn(B, HV, V, K, device="cuda", generator=gen)
+    q, u, g, A, scale = x["q"], x["v"], x["g"], x["A"], x["scale"]
+
+    def fla_call():
+        h, v_new, ht = chunk_gated_delta_rule_fwd_h(
+            k=kg, w=w, u=u, gk=g, initial_state=h0, output_final_state=True, state_v_first=True
+        )
+        o = chunk_gla_fwd_o_gk(q=q, v=v_new, g=g, A=A, h=h, scale=scale, state_v_first=True)
+        return o, ht
+
+    def ours(mod):
+        return mod.fwd_h_o(q, kg, w, u, g, A, scale, h0, True)
+
+    return fla_call, ours
+
+
 def main(
     ideas: list[str] = typer.Argument(..., help="kda idea numbers with the stage, e.g. 004 005"),
-    stage: str = typer.Option("wy", help="wy (the fused WY stage) or dhu (the state gradient)"),
+    stage: str = typer.Option(
+        "wy",
+        help="wy (the fused WY stage), dhu (the state gradient) or fwdho (the forward's "
+        "state pass and output)",
+    ),
     launch: list[str] = typer.Option(
-        None, help="wy: BK,BV,warps,stages[,maxnreg]; dhu: BV,warps,stages (repeatable)"
+        None, help="wy: BK,BV,warps,stages[,maxnreg]; dhu, fwdho: BV,warps,stages (repeatable)"
     ),
     out: Path = typer.Option(Path("out/kda-stage-bench.json"), help="the JSON report"),
     B: int = typer.Option(16, min=1),
@@ -171,8 +216,8 @@ def main(
 ) -> None:
     """Time each idea's stage at each launch against fla's, stage alone."""
     if stage not in KNOBS:
-        _usage(f"--stage {stage!r}: wy or dhu")
-    launch = launch or (["64,64,4,2"] if stage == "wy" else ["64,8,3"])
+        _usage(f"--stage {stage!r}: wy, dhu or fwdho")
+    launch = launch or [DEFAULT_LAUNCH[stage]]
     try:
         launches = [parse_launch(spec, stage) for spec in launch]
     except ValueError as exc:

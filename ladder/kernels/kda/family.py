@@ -127,6 +127,7 @@ VENDOR = {
         "005-wy-lean-epilogue": {"kernel": "chain5", "wy": "wy5", "chain": "chain_stages5"},
         "006-dhu-wide": {"kernel": "chain6", "dhu": "dhu6"},
         "007-wy-lean-dhu-wide": {"kernel": "chain7"},  # 005's wy, 006's dhu, 003's intra
+        "008-fwd-state-out": {"kernel": "chain8", "fwd": "fwd8"},  # 007's backward
     },
 }
 
