@@ -3,7 +3,7 @@
 """Where kernel_fun.kda._kernels came from. Literals only: tools/drift.py reads them
 with ast.literal_eval and never imports this module."""
 
-SOURCE_COMMIT = "a7a2941ac1dd30625351f0f498efe9e90ec51883"
+SOURCE_COMMIT = "f7139fe5b8898be45d90c985a304088a3373b5f4"
 RECORD = {
     "idea": "004-wy-split-k",
     "record_id": "20261201T022516Z-7ae59cc0",
@@ -24,10 +24,10 @@ SOURCE_FILES = {
     "ladder/kernels/kda/ideas/004-wy-split-k/wy.py": "5c51c9516078ef7b9f74918435971f7580053543c460575f547f8eaa9d32f67e",
 }
 OUTPUT_FILES = {
-    "package/src/kernel_fun/kda/_kernels/__init__.py": "f9f64874958d1d147af00a4efcbc9d91282f5fb4f89fb2e32d2b8edd54951840",
-    "package/src/kernel_fun/kda/_kernels/chain4.py": "81d93a7bc9e6bb20728a29ad65f02641c8648c1f1b6b00f617b804e0ccf0a07b",
-    "package/src/kernel_fun/kda/_kernels/intra3.py": "1892119168cba56ca0661081f81445831dea7a12549339064a043cb70394f61a",
-    "package/src/kernel_fun/kda/_kernels/wy4.py": "2a72edd0274d26908bac034460b8fa54e6294296f18d52548976b7cdd4de47ad",
+    "package/src/kernel_fun/kda/_kernels/__init__.py": "a7d6fdcd3faabb0f63c0c146400948bf00d9593d68e2bce57259147ceb96bb19",
+    "package/src/kernel_fun/kda/_kernels/chain4.py": "9e47ff25105e9b4dc5576ee6cc9d8185296cdb8a4110d157862e750d5d428085",
+    "package/src/kernel_fun/kda/_kernels/intra3.py": "94e1dc816313babdc08d4f457861fa480ff3f86c21b735600e9cf4a8ef02593e",
+    "package/src/kernel_fun/kda/_kernels/wy4.py": "0623f989f4a3f0b1de2073dd5ae2a342dc5b6abf04e363354bcf6ba187fd5bc5",
 }
 VENDOR = {
     "libcst": "1.9.0",
