@@ -75,6 +75,8 @@ SCRIPT = textwrap.dedent(
         A_log = torch.randn(HV) * 0.5
         dt_bias = torch.randn(HV * K) * 0.5
         h0 = torch.randn(N, HV, V, K) if has_h0 else None
+        if name == "varlen-state":  # transposed storage: the chain reads what it saves
+            h0 = h0.transpose(-1, -2).contiguous().transpose(-1, -2)
         do = torch.randn(B, T, HV, V)
         dht = torch.randn(N, HV, V, K) if fs else None
         res = {}

@@ -147,47 +147,78 @@ def chunk_kda_fwd_kernel_h_o(
             tl.store(p_ht + o_k2[None, :], b_h2, mask=m_v[:, None] & m_k2[None, :])
 
 
+def _check(q, kg, w, u, gk, A, h0, cu_seqlens, chunk_size) -> int:
+    """N (the number of sequences) after checking the shapes fwd_h_o documents; ValueError
+    naming the first tensor that does not fit."""
+    if chunk_size != 64:
+        raise ValueError(f"the fused forward chunks by 64 tokens, got chunk_size {chunk_size}")
+    if q.dim() != 4 or u.dim() != 4:
+        raise ValueError(f"q and u must be 4-D, got {tuple(q.shape)} and {tuple(u.shape)}")
+    B, T, H, K = q.shape
+    HK, HV, V = kg.shape[2], u.shape[2], u.shape[3]
+    if HV % H or HV % HK:
+        raise ValueError(f"value heads HV {HV} must be a multiple of q's H {H} and kg's {HK}")
+    want = {
+        "u": (u, (B, T, HV, V)), "kg": (kg, (B, T, HK, K)), "w": (w, (B, T, HV, K)),
+        "gk": (gk, (B, T, HV, K)), "A": (A, (B, T, HV, chunk_size)),
+    }  # fmt: skip
+    for name, (t, shape) in want.items():
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{name} must be {list(shape)}, got {list(t.shape)}")
+    for name, t in (("q", q), *((n, t) for n, (t, _) in want.items())):
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous (fla's stages make it so)")
+    if cu_seqlens is not None:
+        if B != 1:
+            raise ValueError(f"a packed batch has B == 1, got B {B}")
+        if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
+            raise ValueError(f"cu_seqlens must be [N + 1], got {list(cu_seqlens.shape)}")
+    N = B if cu_seqlens is None else cu_seqlens.numel() - 1
+    if h0 is not None and tuple(h0.shape) != (N, HV, V, K):
+        raise ValueError(f"initial_state must be {[N, HV, V, K]}, got {list(h0.shape)}")
+    if BV < 16 or BV & (BV - 1):
+        raise ValueError(f"KDA_FWDHO_BV {BV} must be a power of two of at least 16 (tl.dot)")
+    return N
+
+
 def fwd_h_o(q, kg, w, u, gk, A, scale, initial_state=None, output_final_state=False,
             cu_seqlens=None, chunk_size=64):  # fmt: skip
     """(o, final_state) of the forward's state pass and output, with the state V-first.
 
-    q: [B, T, H, K] (l2-normed); kg, w: [B, T, HK, K] and [B, T, HV, K] (fla's w/u stage);
+    q: [B, T, H, K] (l2-normed); kg: [B, T, HK, K] and w: [B, T, HV, K] (fla's w/u stage);
     u: [B, T, HV, V]; gk: [B, T, HV, K] fp32, the per-key gate cumsum in log2 units; A: the
-    intra-chunk scores Aqk [B, T, HV, chunk_size]; initial_state: [N, HV, V, K] fp32 or None;
-    cu_seqlens: [N + 1] int or None (then N = B; packed: B == 1). Returns o [B, T, HV, V] in
-    u's dtype and final_state [N, HV, V, K] fp32 (None unless output_final_state).
+    intra-chunk scores Aqk [B, T, HV, chunk_size]; HV a multiple of H and HK;
+    initial_state: [N, HV, V, K] fp32 or None (any strides); cu_seqlens: [N + 1] int or None
+    (then N = B; packed: B == 1, its values taken as given). Returns o [B, T, HV, V] in u's
+    dtype (rows past the last packed sequence 0, as fla's) and final_state [N, HV, V, K] fp32
+    (None unless output_final_state).
 
     K above MAX_K runs fla's two kernels (``chunk_gated_delta_rule_fwd_h`` then
-    ``chunk_gla_fwd_o_gk``), which hold up to 4 blocks of 64. Raises ValueError for a packed
-    batch with B != 1, a chunk size other than 64, or tensors that are not contiguous.
+    ``chunk_gla_fwd_o_gk``), which hold up to 4 blocks of 64. Raises ValueError for a tensor
+    of another shape than these, one of q, kg, w, u, gk, A that is not contiguous, a packed
+    batch with B != 1, a chunk size other than 64, or a KDA_FWDHO_BV below 16 or not a power
+    of two.
     """
+    h0 = initial_state.contiguous() if initial_state is not None else None
+    N = _check(q, kg, w, u, gk, A, h0, cu_seqlens, chunk_size)
     B, T, H, K = q.shape
     HK, HV, V = kg.shape[2], u.shape[2], u.shape[3]
-    if chunk_size != 64:
-        raise ValueError(f"the fused forward chunks by 64 tokens, got chunk_size {chunk_size}")
-    if cu_seqlens is not None and B != 1:
-        raise ValueError(f"a packed batch has B == 1, got B {B}")
-    for name, t in (("q", q), ("kg", kg), ("w", w), ("u", u), ("gk", gk), ("A", A)):
-        if not t.is_contiguous():
-            raise ValueError(f"{name} must be contiguous (fla's stages make it so)")
     if K > MAX_K:
         from fla.ops.common.chunk_delta_h import chunk_gated_delta_rule_fwd_h
         from fla.ops.gla.chunk import chunk_gla_fwd_o_gk
 
         h, v_new, ht = chunk_gated_delta_rule_fwd_h(
-            k=kg, w=w, u=u, gk=gk, initial_state=initial_state,
-            output_final_state=output_final_state, cu_seqlens=cu_seqlens,
-            chunk_size=chunk_size, state_v_first=True,
+            k=kg, w=w, u=u, gk=gk, initial_state=h0, output_final_state=output_final_state,
+            cu_seqlens=cu_seqlens, chunk_size=chunk_size, state_v_first=True,
         )  # fmt: skip
         o = chunk_gla_fwd_o_gk(
             q=q, v=v_new, g=gk, A=A, h=h, scale=scale, cu_seqlens=cu_seqlens,
             chunk_size=chunk_size, state_v_first=True,
         )  # fmt: skip
         return o, ht
-    N = B if cu_seqlens is None else cu_seqlens.numel() - 1
-    o = torch.empty_like(u)
+    # a packed batch may end before T (fla leaves those rows 0); a dense one writes every row
+    o = torch.empty_like(u) if cu_seqlens is None else torch.zeros_like(u)
     ht = u.new_empty(N, HV, V, K, dtype=torch.float32) if output_final_state else None
-    h0 = initial_state.contiguous() if initial_state is not None else None
     chunk_kda_fwd_kernel_h_o[(triton.cdiv(V, BV) * N * HV,)](
         q, kg, w, u, gk, A, o, h0 if h0 is not None else o, ht if ht is not None else o,
         cu_seqlens if cu_seqlens is not None else o, scale, T, H=H, HK=HK, HV=HV, K=K, V=V,

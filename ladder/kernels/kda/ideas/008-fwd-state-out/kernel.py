@@ -44,7 +44,12 @@ def kda_fwd(q, k, v, g, beta, A_log, dt_bias, scale, initial_state, output_final
     from fla.ops.kda.gate import kda_gate_chunk_cumsum
     from fla.ops.utils.index import prepare_chunk_indices
 
-    q, k, v, g, beta = (t.contiguous() for t in (q, k, v, g, beta))
+    # every tensor contiguous, as fla's input guard makes them (the backward reads the saved
+    # initial state, A_log and dt_bias as contiguous)
+    q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens = (
+        t.contiguous() if t is not None else None
+        for t in (q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens)
+    )
     ctx = chain._Saved()
     with torch.cuda.device(q.device):
         qn, q_rstd = l2norm_fwd(q)
