@@ -46,6 +46,50 @@ def toy_fwd(x):
     )
 
 
+def test_statements_after_a_decided_return_go():
+    """`if KNOB: return ...` decided True leaves the rest of its block unreachable: it goes,
+    with its comments, and so does what only it used; a decided branch that does not end
+    the block's flow keeps the statements after it."""
+    code, freezer = freeze(
+        HEAD
+        + """
+
+def toy_fwd(x):
+    if A:
+        y = x + 1
+        return y
+    # the other way
+    z = x * N
+    return z
+
+
+def toy_bwd(x):
+    if A:
+        x = x + 1
+    return x
+""",
+        TOY_A=True,
+    )
+    assert code.endswith(
+        src(
+            """
+            def toy_fwd(x):
+                y = x + 1
+                return y
+
+
+            def toy_bwd(x):
+                x = x + 1
+                return x
+            """
+        )
+    )
+    # the dead lines are reported as dropped (the fmt-pair and surviving-reference checks
+    # read these ranges): from the comment after `return y` through `return z`
+    lines = src(HEAD + "\n\ndef toy_fwd(x):").count("\n") + 1  # the def's line
+    assert (lines + 4, lines + 6) in freezer.dropped, (lines, freezer.dropped)
+
+
 def test_comments_above_a_removed_if_move_to_the_next_statement():
     code, _ = freeze(
         HEAD

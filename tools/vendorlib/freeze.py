@@ -126,6 +126,8 @@ class Freezer(cst.CSTTransformer):
         self.dropped: list[tuple[int, int]] = []
         self._fillers: set[int] = set()  # ids of the `pass` lines put into emptied blocks
         self._carriers: set[int] = set()  # ids of the stand-ins for removed commented `if`s
+        self._inlined: set[int] = set()  # ids of the statements of decided branches, inlined
+        self.origin_end: dict[int, int] = {}  # a kept statement's last line in the source
 
     # -- bookkeeping ---------------------------------------------------------------------
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> Any:
@@ -134,6 +136,7 @@ class Freezer(cst.CSTTransformer):
             self.updated[id(original_node)] = result
             if isinstance(result, _STATEMENTS):
                 self.origin_line[id(result)] = self.positions[original_node].start.line
+                self.origin_end[id(result)] = self.positions[original_node].end.line
                 self._keep.append(result)
         return result
 
@@ -322,9 +325,15 @@ class Freezer(cst.CSTTransformer):
                 self._carriers.add(id(carrier))
                 return carrier
             stmts = _body_statements(final_body)
-            stmts[0] = stmts[0].with_changes(
+            first = stmts[0].with_changes(
                 leading_lines=[*updated_node.leading_lines, *stmts[0].leading_lines]
             )
+            if id(stmts[0]) in self.origin_line:
+                self.origin_line[id(first)] = self.origin_line[id(stmts[0])]
+                self.origin_end[id(first)] = self.origin_end[id(stmts[0])]
+            stmts[0] = first
+            self._keep.append(first)
+            self._inlined.update(id(st) for st in stmts)
             return cst.FlattenSentinel(stmts)
         tail: cst.If | cst.Else | None = None
         if final_body is not None:
@@ -348,8 +357,23 @@ class Freezer(cst.CSTTransformer):
     def leave_Module(self, original_node, updated_node):  # noqa: N802
         return self._fold_carriers(updated_node)
 
+    def _drop_unreachable(self, block: Any) -> Any:
+        """``block`` without the statements after an inlined branch's return, raise, break
+        or continue (a decided ``if KNOB: return ...`` leaves the rest of the block dead)."""
+        for i, stmt in enumerate(block.body[:-1]):
+            if id(stmt) not in self._inlined or not isinstance(stmt, cst.SimpleStatementLine):
+                continue
+            if not isinstance(stmt.body[-1], cst.Return | cst.Raise | cst.Break | cst.Continue):
+                continue
+            # the lines after the flow's end, comments above the dead statements included
+            ends = [self.origin_end.get(id(d)) for d in block.body[i:]]
+            if None not in ends:
+                self.dropped.append((ends[0] + 1, max(ends[1:])))
+            return block.with_changes(body=block.body[: i + 1])
+        return block
+
     def leave_IndentedBlock(self, original_node, updated_node):  # noqa: N802
-        updated_node = self._fold_carriers(updated_node)
+        updated_node = self._drop_unreachable(self._fold_carriers(updated_node))
         if not updated_node.body:
             filler = cst.SimpleStatementLine(body=[cst.Pass()])
             self._fillers.add(id(filler))
