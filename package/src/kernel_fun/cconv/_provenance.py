@@ -29,10 +29,10 @@ OUTPUT_FILES = {
     "package/src/kernel_fun/cconv/_kernels/__init__.py": "65174bd27e4d07d34e658b44cdda42ac8695d9e6a8f283a041d24fe0c900295b",
     "package/src/kernel_fun/cconv/_kernels/strip2.py": "5a2d453dde23c1dcc15a6d40fb1e3f0d33df05fed846d232ee0573c1d4db9483",
     "package/src/kernel_fun/cconv/_kernels/strip4.py": "f2a1ca07ec646df367b380c36a6bb3edfd7aec56e82bb444f2394532bcc19df2",
-    "package/src/kernel_fun/cconv/_kernels/strip5.py": "2e689432c7a368dfe93df4615da7d9470aa3225d63ca9b6ae00eec42e93286f8",
+    "package/src/kernel_fun/cconv/_kernels/strip5.py": "db891dd6eaeb07224c6bbc38011cc8dc83cfc255324c1f4f6486adec0deb8a38",
 }
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "915ed725d7be383c59b997439040a524083e6e7477c3c5415380cb5b70bfedea",
+    "tool_sha256": "ec1f29619f555eeee425181ec701321c17491c610d73371f51f224828975fbd0",
 }

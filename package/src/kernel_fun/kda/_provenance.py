@@ -32,5 +32,5 @@ OUTPUT_FILES = {
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "915ed725d7be383c59b997439040a524083e6e7477c3c5415380cb5b70bfedea",
+    "tool_sha256": "ec1f29619f555eeee425181ec701321c17491c610d73371f51f224828975fbd0",
 }

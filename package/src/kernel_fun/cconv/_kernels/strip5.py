@@ -113,32 +113,6 @@ def cconv_bwd(
     deterministically from fp32 per-program partials.
     """
     return k4.cconv_bwd(x, w, dy)
-    k4._check(x, w)
-    if dy.shape != x.shape:
-        raise ValueError(f"dy shape {tuple(dy.shape)} does not match x {tuple(x.shape)}")
-    B, T, D = x.shape
-    W = w.shape[1]
-    w_c = w.contiguous()
-    dx = torch.empty((B, T, D), dtype=x.dtype, device=x.device)
-    if dx.numel() == 0:
-        return dx, torch.zeros_like(w)
-    tuned = AUTOTUNE and B * T * D >= SMALL_WORK
-    TS = _segment(B, T, D, not tuned)
-    NS = triton.cdiv(T, TS)
-    fast = k4.FAST_SIGMOID and x.dtype == torch.bfloat16
-    dwp = torch.empty((B * NS, D, W), dtype=torch.float32, device=x.device)
-    args = (x, w_c, dy, dx, dwp, T, D, TS, NS, k4._work_bucket(B, T, D), *x.stride(),
-            *dy.stride(), dx.stride(0), dx.stride(1))  # fmt: skip
-    if tuned:
-        k4.cconv_bwd_tuned[lambda m: (triton.cdiv(D, m["BD"]), NS, B)](
-            *args, W=W, FAST=fast, EVEN_T=T % TS == 0
-        )
-    else:
-        BD = 4 * 32 * FIXED_WARPS
-        k4.cconv_bwd_kernel[(triton.cdiv(D, BD), NS, B)](
-            *args, W=W, FAST=fast, EVEN_T=T % TS == 0, BD=BD, G=FIXED_G, num_warps=FIXED_WARPS
-        )
-    return dx, dwp.sum(0).to(w.dtype)
 
 
 def conv_fwd(
