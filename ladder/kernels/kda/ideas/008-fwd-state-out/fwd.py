@@ -24,7 +24,7 @@ same way).
 The state is two 64-wide K blocks, so K <= 128 runs here; K above that goes to fla's two
 kernels (``fwd_h_o`` says so in its docstring).
 
-Env knobs: KDA_FWDHO_BV (32 or 64), KDA_FWDHO_WARPS, KDA_FWDHO_STAGES.
+Env knobs: KDA_FWDHO_BV (a power of two, at least 16), KDA_FWDHO_WARPS, KDA_FWDHO_STAGES.
 """
 
 from __future__ import annotations
@@ -63,8 +63,8 @@ def chunk_kda_fwd_kernel_h_o(
     IS_VARLEN: tl.constexpr,
 ):  # fmt: skip
     """One program: sequence i_n, value head i_hv, V block i_v, every chunk of the sequence in
-    order (module docstring). q [B, T, H, K]; kg, w, gk [B, T, HK or HV, K]; u, o [B, T, HV,
-    V]; A [B, T, HV, BT]; h0, ht [N, HV, V, K] fp32."""
+    order (module docstring). q [B, T, H, K]; kg [B, T, HK, K]; w, gk [B, T, HV, K]; u, o
+    [B, T, HV, V]; A [B, T, HV, BT]; h0, ht [N, HV, V, K] fp32."""
     pid = tl.program_id(0).to(tl.int64)
     NV = tl.cdiv(V, BV)
     i_v, i_nh = pid % NV, pid // NV
