@@ -1,6 +1,6 @@
-"""tools/kda_wy_sass.py (static sm90 compiles of kda ideas' WY kernel, CPU) and the CPU side
-of tools/kda_stage_bench.py (its argument checks, for the WY and the state-gradient stage;
-the timing itself needs the H200)."""
+"""tools/kda_wy_sass.py (static sm90 compiles of kda ideas' WY kernel and kda/008's fused
+forward, CPU) and the CPU side of tools/kda_stage_bench.py (its argument checks, for each
+stage; the timing itself needs the H200)."""
 
 from __future__ import annotations
 
@@ -42,6 +42,26 @@ def test_005s_two_pass_epilogue_spills_less_than_004_at_the_promoted_launch() ->
     assert stats["004"].metadata.shared == stats["005"].metadata.shared > 64 * 1024
 
 
+@pytest.mark.slow
+def test_008s_fused_forward_fits_two_programs_per_sm_at_its_default_launch() -> None:
+    """kda/008's prediction rests on its default launch (BV 64, 4 warps, 1 stage) holding the
+    fp32 state and the chunk's tiles in registers without spills, two programs per SM."""
+    import kda_wy_sass
+    from cconv_sass import sass_stats
+    from ladder.kernels.kda.ideas.i008 import fwd
+
+    try:
+        k = kda_wy_sass.compile_fwdho("008", fwd.BV, fwd.NUM_WARPS, fwd.NUM_STAGES)
+    except FileNotFoundError as exc:
+        pytest.skip(f"this Triton has no sm90 tools: {exc}")
+    s = sass_stats(k.asm["cubin"])
+    assert s["stack"] == 0, s
+    assert kda_wy_sass.resident(s["regs"], k.metadata.shared, fwd.NUM_WARPS) >= 2, (
+        s,
+        k.metadata.shared,
+    )
+
+
 def test_resident_programs_per_sm() -> None:
     import kda_wy_sass
 
@@ -51,12 +71,13 @@ def test_resident_programs_per_sm() -> None:
     assert kda_wy_sass.resident(255, 66560, 8) == 1
 
 
-def test_sass_tool_refuses_an_idea_without_the_kernel() -> None:
+@pytest.mark.parametrize("args", [["003"], ["007", "--stage", "fwdho"]])
+def test_sass_tool_refuses_an_idea_without_the_kernel(args) -> None:
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "kda_wy_sass.py"), "003"],
+        [sys.executable, str(ROOT / "tools" / "kda_wy_sass.py"), *args],
         capture_output=True, text=True, cwd=ROOT,
     )  # fmt: skip
-    assert proc.returncode == 2 and "003" in proc.stderr, proc.stderr[-2000:]
+    assert proc.returncode == 2 and args[0] in proc.stderr, proc.stderr[-2000:]
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,8 @@
-"""Static cost of kda ideas' fused WY backward kernel on sm90, from the compiled code (CPU only).
+"""Static cost of kda ideas' fused WY backward kernel (or kda/008's fused forward state pass and
+output) on sm90, from the compiled code (CPU only).
 
     python tools/kda_wy_sass.py 004 005 --launch 64,64,4,2 --launch 64,64,4,2,168
+    python tools/kda_wy_sass.py 008 --stage fwdho --launch 64,4,1 --launch 32,4,2
 
 For each idea (one with ``wy.kda_bwd_wy_kernel``: kda/004 and later) and each launch
 (BK, BV, warps, stages[, maxnreg]; stages is the V loop's, the KDA_WY_STAGES knob, and the
@@ -11,6 +13,9 @@ compiles the kernel for sm90 at prod's sizes
 memory per program, the static SASS instruction count (not a dynamic count) and how many
 programs of that size fit on one H200 SM (65,536 registers, 227 KB of shared memory, at
 most 64 warps).
+
+`--stage fwdho` compiles an idea's ``fwd.chunk_kda_fwd_kernel_h_o`` (kda/008) at each
+BV, warps, stages, at the same sizes, with no initial or final state.
 
 Pointers carry `tt.divisibility` 16, the alignment Triton's JIT specializes a launch to when
 the tensors' addresses are multiples of 16 (torch's allocations are): without it Triton does
@@ -37,6 +42,8 @@ POINTERS = dict(q="*bf16", k="*bf16", v="*bf16", v_new="*bf16", g="*fp32", beta=
                 db_part="*fp32", counter="*i32", cu_seqlens="*i64",
                 chunk_indices="*i64")  # fmt: skip
 SCALARS = dict(scale="fp32", T="i32", NTG="i32")
+FWDHO_POINTERS = dict(q="*bf16", kg="*bf16", w="*bf16", u="*bf16", gk="*fp32", A="*bf16",
+                      o="*bf16", h0="*fp32", ht="*fp32", cu_seqlens="*i64")  # fmt: skip
 SM_REGS, SM_SMEM, SM_WARPS = 65536, 227 * 1024, 64
 
 
@@ -67,6 +74,32 @@ def compile_wy(idea: str, bk: int, bv: int, warps: int, stages: int, maxnreg: in
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
 
+def compile_fwdho(idea: str, bv: int, warps: int, stages: int):
+    """Triton's compiled fused forward state pass and output of a kda idea ("008") for sm90
+    at prod's sizes (dense batch, no states), launched as its wrapper launches it."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    import ladder  # noqa: F401  (the idea import finder)
+
+    mod = importlib.import_module(f"ladder.kernels.kda.ideas.i{idea.lstrip('i')}.fwd")
+    if not hasattr(mod, "chunk_kda_fwd_kernel_h_o"):
+        raise AttributeError(f"kda idea {idea} has no fwd.chunk_kda_fwd_kernel_h_o")
+    fn = _jit(mod.chunk_kda_fwd_kernel_h_o)
+    consts = dict(H=16, HK=16, HV=16, K=128, V=256, BT=64, BV=bv, USE_INITIAL_STATE=False,
+                  STORE_FINAL_STATE=False, IS_VARLEN=False)  # fmt: skip
+    types = {**FWDHO_POINTERS, **SCALARS}
+    sig = {n: "constexpr" if n in consts else types[n] for n in fn.arg_names}
+    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in FWDHO_POINTERS}
+    src = ASTSource(
+        fn=fn, signature=sig, attrs=attrs,
+        constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()},
+    )  # fmt: skip
+    options = {"num_warps": warps, "num_stages": stages}
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+
+
 def resident(regs: int, smem: int, warps: int) -> int:
     """Programs of this size that fit on one H200 SM at once (registers are allocated per
     warp in units of 256)."""
@@ -77,24 +110,37 @@ def resident(regs: int, smem: int, warps: int) -> int:
 def main(
     ideas: list[str] = typer.Argument(..., help="kda idea numbers, e.g. 004 005"),
     launch: list[str] = typer.Option(
-        ["64,64,4,2"], help="BK,BV,warps,stages[,maxnreg] (repeatable)"
+        None, help="wy: BK,BV,warps,stages[,maxnreg]; fwdho: BV,warps,stages (repeatable)"
     ),
+    stage: str = typer.Option("wy", help="wy (the fused WY backward) or fwdho (kda/008)"),
 ) -> None:
     """Print registers, stack, shared memory, static SASS count and programs per SM."""
+    if stage not in ("wy", "fwdho"):
+        raise typer.BadParameter(f"--stage {stage!r}: wy or fwdho")
+    form, counts = ("BK,BV,warps,stages[,maxnreg]", (4, 5)) if stage == "wy" else (
+        "BV,warps,stages", (3,))  # fmt: skip
     try:
-        for spec in launch:
-            parts = [int(p) for p in spec.split(",")]
-            if len(parts) not in (4, 5):
-                raise typer.BadParameter(f"--launch {spec!r}: BK,BV,warps,stages[,maxnreg]")
-            bk, bv, warps, stages = parts[:4]
-            maxnreg = parts[4] if len(parts) == 5 else None
+        for spec in launch or (["64,64,4,2"] if stage == "wy" else ["64,4,1"]):
+            try:
+                parts = [int(p) for p in spec.split(",")]
+            except ValueError:
+                parts = []
+            if len(parts) not in counts:
+                raise typer.BadParameter(f"--launch {spec!r}: {form}")
             for idea in ideas:
-                k = compile_wy(idea, bk, bv, warps, stages, maxnreg)
+                if stage == "wy":
+                    bk, bv, warps, stages = parts[:4]
+                    maxnreg = parts[4] if len(parts) == 5 else None
+                    k = compile_wy(idea, bk, bv, warps, stages, maxnreg)
+                    what = f"BK {bk} BV {bv} warps {warps} stages {stages} maxnreg {maxnreg or '-'}"
+                else:
+                    bv, warps, stages = parts
+                    k = compile_fwdho(idea, bv, warps, stages)
+                    what = f"BV {bv} warps {warps} stages {stages}"
                 s = sass_stats(k.asm["cubin"])
                 smem = k.metadata.shared
                 typer.echo(
-                    f"{idea} BK {bk} BV {bv} warps {warps} stages {stages} maxnreg "
-                    f"{maxnreg or '-'}: regs {s['regs']} stack {s['stack']} smem "
+                    f"{idea} {what}: regs {s['regs']} stack {s['stack']} smem "
                     f"{smem / 1024:.1f} KiB instrs {s['instrs']} (memory {s['mem']}); "
                     f"{resident(s['regs'], smem, warps)} per SM"
                 )
