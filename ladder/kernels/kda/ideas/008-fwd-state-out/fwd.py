@@ -21,6 +21,10 @@ is non-positive), with no factorised exp(g_i - g_j): the non-safe gate's range c
 overflow this stage (kg = k * 2^(g_last - g) comes from fla's w/u stage, bounded by 1 the
 same way).
 
+fla's output wrapper also zeroes all of o before its kernel writes it (1.07 GB at prod),
+for the rows a packed batch may have past its last sequence. Here the programs of the last
+sequence zero those rows, if there are any, and nothing else is filled.
+
 The state is two 64-wide K blocks, so K <= 128 runs here; K above that goes to fla's two
 kernels (``fwd_h_o`` says so in its docstring).
 
@@ -69,6 +73,7 @@ def chunk_kda_fwd_kernel_h_o(
     NV = tl.cdiv(V, BV)
     i_v, i_nh = pid % NV, pid // NV
     i_n, i_hv = i_nh // HV, i_nh % HV
+    T_all = T  # the batch's rows (a packed batch: every sequence's)
     if IS_VARLEN:
         bos = tl.load(cu_seqlens + i_n).to(tl.int64)
         eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
@@ -139,6 +144,18 @@ def chunk_kda_fwd_kernel_h_o(
         if K > 64:
             b_h2 *= tl.exp2(tl.load(p_gl + o_k2, mask=m_k2, other=0.0).to(tl.float32))[None, :]
             b_h2 = tl.dot(b_vt, _tile(kg, o_t, m_t, o_k2, m_k2, HK * K), b_h2)
+
+    if IS_VARLEN:
+        # the last sequence's programs zero the rows after it, if the batch runs past it
+        # (fla's wrapper zeroes all of o first; here only what no sequence writes)
+        if i_n == tl.num_programs(0) // (NV * HV) - 1:
+            for i_p in range(tl.cdiv(T_all - bos - T, BT)):
+                o_p = (T + i_p * BT + o_i).to(tl.int64)
+                tl.store(
+                    o + o_p[:, None] * (HV * V) + o_v[None, :],
+                    tl.zeros([BT, BV], dtype=o.dtype.element_ty),
+                    mask=(o_p < T_all - bos)[:, None] & m_v[None, :],
+                )
 
     if STORE_FINAL_STATE:
         p_ht = ht + i_nh * V * K + o_v[:, None] * K
@@ -216,8 +233,7 @@ def fwd_h_o(q, kg, w, u, gk, A, scale, initial_state=None, output_final_state=Fa
             chunk_size=chunk_size, state_v_first=True,
         )  # fmt: skip
         return o, ht
-    # a packed batch may end before T (fla leaves those rows 0); a dense one writes every row
-    o = torch.empty_like(u) if cu_seqlens is None else torch.zeros_like(u)
+    o = torch.empty_like(u)  # every row written (rows past a packed batch's sequences: 0)
     ht = u.new_empty(N, HV, V, K, dtype=torch.float32) if output_final_state else None
     chunk_kda_fwd_kernel_h_o[(triton.cdiv(V, BV) * N * HV,)](
         q, kg, w, u, gk, A, o, h0 if h0 is not None else o, ht if ht is not None else o,
