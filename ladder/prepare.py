@@ -413,21 +413,22 @@ def knob_rows(
     """Every knob the idea reads (its own modules' and those it imports from other ideas), one
     dict per knob, by key: key, name, type, default, value (in effect under ``environ``,
     default os.environ), set (whether the environment sets it), allowed (the family's
-    KNOB_RULES text, or None), where (``ideas/<folder>/<file>:<line>``) and error (why the
-    environment's value is unusable, else None). Raises UnknownFamily, UnknownIdea, or
-    LadderError when an idea reads the environment outside the knob form."""
+    KNOB_RULES text, or None), where (every ``ideas/<folder>/<file>:<line>`` that reads it,
+    joined by ", ") and error (why the environment's value is unusable, else None). Raises
+    UnknownFamily, UnknownIdea, or LadderError when an idea reads the environment outside the
+    knob form."""
     env = os.environ if environ is None else environ
     fam = paths.load_family(family, root)
     folder = paths.resolve_idea(family, ref, root)
     rules = getattr(fam, "KNOB_RULES", None) or {}
-    owner: dict[str, str] = {}
+    places: dict[str, list[str]] = {}
     for name, files in _knob_sources(family, folder, root):
         try:
             found = knobs.scan_idea(files, family)
         except knobs.KnobError as exc:
             raise LadderError(f"ideas/{name}/{exc}") from None
-        for key in found:
-            owner.setdefault(key, name)
+        for key, knob in found.items():
+            places.setdefault(key, []).append(f"ideas/{name}/{knob.file}:{knob.line}")
     rows = []
     for key, knob in sorted(idea_knobs(family, folder, root).items()):
         raw = env.get(key)
@@ -448,7 +449,7 @@ def knob_rows(
                 "value": value,
                 "set": raw is not None,
                 "allowed": rule[0] if rule else None,
-                "where": f"ideas/{owner[key]}/{knob.file}:{knob.line}",
+                "where": ", ".join(places[key]),
                 "error": error,
             }
         )

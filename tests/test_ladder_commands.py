@@ -79,6 +79,10 @@ def test_knobs_of_an_idea_include_the_modules_it_imports_and_the_rules(tmp_path:
     data = json.loads(run("knobs", "toy", "001-fast", "--json", root=root).stdout)
     depth = next(r for r in data["knobs"] if r["key"] == "TOY_DEPTH")
     assert depth["where"] == "ideas/000-base/knob.py:3" and depth["default"] == 3
+    # a key two imported modules read (with one default) names both places
+    rows8 = json.loads(run("knobs", "cconv", "008", "--json", root=None).stdout)["knobs"]
+    where = next(r for r in rows8 if r["key"] == "CCONV_MIN_PROGRAMS")["where"].split(", ")
+    assert sorted(w.split("/")[1] for w in where) == ["002-strip-box", "005-small-call-grid"]
     # cconv's real idea: the allowed values are the family's KNOB_RULES
     fam = paths.load_family("cconv")
     rows = json.loads(run("knobs", "cconv", "1", "--json", root=None).stdout)["knobs"]
