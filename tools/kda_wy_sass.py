@@ -47,57 +47,53 @@ FWDHO_POINTERS = dict(q="*bf16", kg="*bf16", w="*bf16", u="*bf16", gk="*fp32", A
 SM_REGS, SM_SMEM, SM_WARPS = 65536, 227 * 1024, 64
 
 
-def compile_wy(idea: str, bk: int, bv: int, warps: int, stages: int, maxnreg: int | None):
-    """Triton's compiled WY kernel of a kda idea ("004", "005") for sm90 at prod's sizes."""
+def _idea_kernel(idea: str, module: str, name: str):
+    """The triton.jit function ``name`` of a kda idea's ``module`` (AttributeError without it)."""
+    import ladder  # noqa: F401  (the idea import finder)
+
+    mod = importlib.import_module(f"ladder.kernels.kda.ideas.i{idea.lstrip('i')}.{module}")
+    if not hasattr(mod, name):
+        raise AttributeError(f"kda idea {idea} has no {module}.{name}")
+    return _jit(getattr(mod, name))
+
+
+def _compile_sm90(fn, pointers: dict, consts: dict, options: dict):
+    """Triton's compiled ``fn`` for sm90: ``consts`` as constexprs, the other arguments typed
+    from ``pointers`` (16-byte aligned, as the JIT specializes them) and SCALARS."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    import ladder  # noqa: F401  (the idea import finder)
+    types = {**pointers, **SCALARS}
+    sig = {n: "constexpr" if n in consts else types[n] for n in fn.arg_names}
+    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in pointers}
+    src = ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
-    mod = importlib.import_module(f"ladder.kernels.kda.ideas.i{idea.lstrip('i')}.wy")
-    if not hasattr(mod, "kda_bwd_wy_kernel"):
-        raise AttributeError(f"kda idea {idea} has no wy.kda_bwd_wy_kernel")
-    fn = _jit(mod.kda_bwd_wy_kernel)
+
+def compile_wy(idea: str, bk: int, bv: int, warps: int, stages: int, maxnreg: int | None):
+    """Triton's compiled WY kernel of a kda idea ("004", "005") for sm90 at prod's sizes."""
+    import triton
+
+    fn = _idea_kernel(idea, "wy", "kda_bwd_wy_kernel")
     K, V = 128, 256
     consts = dict(H=16, HV=16, K=K, V=V, BT=64, BK=bk, BV=bv, NK=triton.cdiv(K, bk),
                   IS_VARLEN=False, NUM_STAGES=stages)  # fmt: skip
-    types = {**POINTERS, **SCALARS}
-    sig = {n: "constexpr" if n in consts else types[n] for n in fn.arg_names}
-    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in POINTERS}
-    src = ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
     # as the ideas' wrappers launch it: num_warps (and maxnreg) only, so Triton's default of 3
     # stages for the kernel's other loops; the knob's stages go to the V loop (NUM_STAGES)
     options = {"num_warps": warps, "num_stages": 3}
     if maxnreg:
         options["maxnreg"] = maxnreg
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+    return _compile_sm90(fn, POINTERS, consts, options)
 
 
 def compile_fwdho(idea: str, bv: int, warps: int, stages: int):
     """Triton's compiled fused forward state pass and output of a kda idea ("008") for sm90
     at prod's sizes (dense batch, no states), launched as its wrapper launches it."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    import ladder  # noqa: F401  (the idea import finder)
-
-    mod = importlib.import_module(f"ladder.kernels.kda.ideas.i{idea.lstrip('i')}.fwd")
-    if not hasattr(mod, "chunk_kda_fwd_kernel_h_o"):
-        raise AttributeError(f"kda idea {idea} has no fwd.chunk_kda_fwd_kernel_h_o")
-    fn = _jit(mod.chunk_kda_fwd_kernel_h_o)
+    fn = _idea_kernel(idea, "fwd", "chunk_kda_fwd_kernel_h_o")
     consts = dict(H=16, HK=16, HV=16, K=128, V=256, BT=64, BV=bv, USE_INITIAL_STATE=False,
                   STORE_FINAL_STATE=False, IS_VARLEN=False)  # fmt: skip
-    types = {**FWDHO_POINTERS, **SCALARS}
-    sig = {n: "constexpr" if n in consts else types[n] for n in fn.arg_names}
-    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in FWDHO_POINTERS}
-    src = ASTSource(
-        fn=fn, signature=sig, attrs=attrs,
-        constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()},
-    )  # fmt: skip
-    options = {"num_warps": warps, "num_stages": stages}
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+    return _compile_sm90(fn, FWDHO_POINTERS, consts, {"num_warps": warps, "num_stages": stages})
 
 
 def resident(regs: int, smem: int, warps: int) -> int:
