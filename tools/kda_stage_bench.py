@@ -128,6 +128,19 @@ def _usage(message: str) -> None:
     raise typer.Exit(2)
 
 
+def _state_inputs(x: dict, B: int, H: int, HV: int, K: int, V: int, seed: int):
+    """(the generator, kg, w, h0) of the state stages: kg = k * 2^g per value head, w random
+    bf16, an fp32 initial state; the generator goes on for what else the stage draws."""
+    import torch
+
+    T = x["q"].shape[1]
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    kg = (x["k"].float().repeat_interleave(HV // H, 2) * torch.exp2(x["g"])).to(torch.bfloat16)
+    w = (torch.randn(B, T, HV, K, device="cuda", generator=gen) * 0.1).to(torch.bfloat16)
+    h0 = torch.randn(B, HV, V, K, device="cuda", generator=gen)
+    return gen, kg, w, h0
+
+
 def _stage_calls(stage: str, x: dict, B: int, H: int, HV: int, K: int, V: int):
     """(fla's call, ours(mod) -> outputs) for the stage on the inputs x."""
     import torch
@@ -149,12 +162,8 @@ def _stage_calls(stage: str, x: dict, B: int, H: int, HV: int, K: int, V: int):
         return fla_call, ours
     from fla.ops.common.chunk_delta_h import chunk_gated_delta_rule_bwd_dhu
 
-    T = x["q"].shape[1]
-    gen = torch.Generator(device="cuda").manual_seed(1)
+    gen, kg, w, h0 = _state_inputs(x, B, H, HV, K, V, seed=1)
     qg = (x["q"].float().repeat_interleave(HV // H, 2) * torch.exp2(x["g"])).to(torch.bfloat16)
-    kg = (x["k"].float().repeat_interleave(HV // H, 2) * torch.exp2(x["g"])).to(torch.bfloat16)
-    w = (torch.randn(B, T, HV, K, device="cuda", generator=gen) * 0.1).to(torch.bfloat16)
-    h0 = torch.randn(B, HV, V, K, device="cuda", generator=gen)
     dht = torch.randn(B, HV, V, K, device="cuda", generator=gen)
 
     def fla_call():
@@ -172,15 +181,10 @@ def _stage_calls(stage: str, x: dict, B: int, H: int, HV: int, K: int, V: int):
 def _fwdho_calls(x: dict, B: int, H: int, HV: int, K: int, V: int):
     """(fla's call, ours(mod)) for the forward's state pass and output: kg = k * 2^g, w
     random, u = v, Aqk = A, an initial state, the final state returned."""
-    import torch
     from fla.ops.common.chunk_delta_h import chunk_gated_delta_rule_fwd_h
     from fla.ops.gla.chunk import chunk_gla_fwd_o_gk
 
-    T = x["q"].shape[1]
-    gen = torch.Generator(device="cuda").manual_seed(2)
-    kg = (x["k"].float().repeat_interleave(HV // H, 2) * torch.exp2(x["g"])).to(torch.bfloat16)
-    w = (torch.randn(B, T, HV, K, device="cuda", generator=gen) * 0.1).to(torch.bfloat16)
-    h0 = torch.randn(B, HV, V, K, device="cuda", generator=gen)
+    _gen, kg, w, h0 = _state_inputs(x, B, H, HV, K, V, seed=2)
     q, u, g, A, scale = x["q"], x["v"], x["g"], x["A"], x["scale"]
 
     def fla_call():
