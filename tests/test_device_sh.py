@@ -118,6 +118,41 @@ def test_triton_cache_travels_between_calls(tmp_path: Path) -> None:
     assert restored.read_text() == pick.read_text(), res.stdout + res.stderr
 
 
+def test_picks_only_cache_carries_the_picks_and_not_the_kernels(tmp_path: Path) -> None:
+    """TRITON_CACHE_SAVE=picks packs the *.autotune.json files alone: the next call restores
+    the pick byte for byte and none of the compiled kernels beside it."""
+    first = tmp_path / "tc1"
+    (first / "ab12").mkdir(parents=True)
+    pick = first / "ab12" / "chunk_kda_bwd_kernel_intra.autotune.json"
+    pick.write_text('{"configs_timings": [[{"num_warps": 8}, 3.2]]}')
+    (first / "cd34").mkdir()
+    (first / "cd34" / "chunk_kda_bwd_kernel_intra.cubin").write_bytes(b"\x7fELF" + bytes(4096))
+    base = {**os.environ, "STAGES": "common", "PY": sys.executable, "CUDA_VISIBLE_DEVICES": ""}
+    res = sh(
+        env={**base, "OUT": str(tmp_path / "out1"), "TRITON_CACHE_DIR": str(first),
+             "TRITON_CACHE_IN": str(tmp_path / "none"), "TRITON_CACHE_SAVE": "picks"},
+        timeout=300,
+    )  # fmt: skip
+    assert sorted((tmp_path / "out1").glob("tc-all.part-*")), res.stdout + res.stderr
+    second = tmp_path / "tc2"
+    res = sh(
+        env={**base, "OUT": str(tmp_path / "out2"), "TRITON_CACHE_DIR": str(second),
+             "TRITON_CACHE_IN": str(tmp_path / "out1")},
+        timeout=300,
+    )  # fmt: skip
+    assert (second / "ab12" / pick.name).read_text() == pick.read_text(), res.stdout + res.stderr
+    assert not list(second.rglob("*.cubin"))
+
+
+def test_an_unknown_cache_save_mode_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    env = {**os.environ, "STAGES": "common", "OUT": str(tmp_path / "out"),
+           "PY": sys.executable, "TRITON_CACHE_SAVE": "yes"}  # fmt: skip
+    res = sh(env=env, timeout=60)
+    assert res.returncode == 2
+    assert "TRITON_CACHE_SAVE=yes" in res.stderr and "picks" in res.stderr
+    assert not (tmp_path / "out" / "common.log").exists()
+
+
 def test_the_fsdp2_stage_without_gpus_fails_and_logs_why(tmp_path: Path) -> None:
     """`fsdp2` is a known stage; where no GPU is visible its processes refuse (usage) and
     the stage fails, with the reason in OUT/fsdp2.log."""

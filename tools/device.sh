@@ -14,7 +14,9 @@
 # Triton's cache (compiled kernels and autotune picks; fla's kda chain autotunes for minutes on
 # a cold machine) travels between machines: parts tc-all.part-* in TRITON_CACHE_IN (default
 # .tc, an ignored folder carried with the call) are unpacked into TRITON_CACHE_DIR first, and TRITON_CACHE_SAVE=1 packs the cache into
-# $OUT/tc-all.part-* (15 MB parts) at the end, to copy into .tc/ for the next call.
+# $OUT/tc-all.part-* (15 MB parts) at the end, to copy into .tc/ for the next call;
+# TRITON_CACHE_SAVE=picks packs only the autotune picks (*.autotune.json), which skip the
+# timing of every config but not the compile of the picked one.
 # On a cold machine the test groups are compile-bound: PYTEST_WORKERS=N runs the cconv, kda,
 # layer and common groups in N pytest-xdist processes, and KERNEL_FUN_TEST_FLA_CONFIGS=N
 # (package/tests/conftest.py) cuts fla's autotune lists to N configs for the package's tests
@@ -106,6 +108,10 @@ for group in $STAGES; do  # every name is checked before anything runs
     fi
   done
 done
+case ${TRITON_CACHE_SAVE:-0} in
+  0 | 1 | picks) ;;
+  *) usage "TRITON_CACHE_SAVE=$TRITON_CACHE_SAVE: give 1 (the whole cache), picks (autotune picks only) or 0" ;;
+esac
 if [[ -n ${STAGE_TIMEOUT:-} && ! ${STAGE_TIMEOUT} =~ ^[1-9][0-9]*$ ]]; then
   usage "STAGE_TIMEOUT=$STAGE_TIMEOUT: give a positive number of seconds"
 fi
@@ -262,6 +268,12 @@ done
 if [[ ${TRITON_CACHE_SAVE:-0} == 1 && -d $TRITON_CACHE_DIR ]]; then
   tar -czf - -C "$(dirname "$TRITON_CACHE_DIR")" "$(basename "$TRITON_CACHE_DIR")" \
     | split -b 15m - "$OUT/tc-all.part-"
+elif [[ ${TRITON_CACHE_SAVE:-0} == picks && -d $TRITON_CACHE_DIR ]]; then
+  # the autotune picks alone (kilobytes): the next machine compiles each picked config once
+  # instead of timing every config, and the parts stay far below the files-back limits
+  (cd "$(dirname "$TRITON_CACHE_DIR")" \
+    && find "$(basename "$TRITON_CACHE_DIR")" -name '*.autotune.json' -print0 \
+    | tar -czf - --null -T -) | split -b 15m - "$OUT/tc-all.part-"
 fi
 
 summarize "$OUT" "${DONE[@]}"
