@@ -43,9 +43,10 @@ def test_005s_two_pass_epilogue_spills_less_than_004_at_the_promoted_launch() ->
 
 
 @pytest.mark.slow
-def test_008s_fused_forward_fits_two_programs_per_sm_at_its_default_launch() -> None:
-    """kda/008's prediction rests on its default launch (BV 64, 4 warps, 1 stage) holding the
-    fp32 state and the chunk's tiles in registers without spills, two programs per SM."""
+def test_008s_fused_forward_fits_the_sm_without_spills_at_its_default_launch() -> None:
+    """kda/008's default launch (BV 64, 4 warps, 2 stages: the fastest of the stage bench's
+    launches on the H200, NOTES.md) holds the fp32 state and the chunk's tiles in registers
+    without spills, and its staged tiles fit the H200's shared memory (one program per SM)."""
     import kda_wy_sass
     from cconv_sass import sass_stats
     from ladder.kernels.kda.ideas.i008 import fwd
@@ -56,7 +57,7 @@ def test_008s_fused_forward_fits_two_programs_per_sm_at_its_default_launch() -> 
         pytest.skip(f"this Triton has no sm90 tools: {exc}")
     s = sass_stats(k.asm["cubin"])
     assert s["stack"] == 0, s
-    assert kda_wy_sass.resident(s["regs"], k.metadata.shared, fwd.NUM_WARPS) >= 2, (
+    assert kda_wy_sass.resident(s["regs"], k.metadata.shared, fwd.NUM_WARPS) >= 1, (
         s,
         k.metadata.shared,
     )

@@ -41,7 +41,7 @@ import triton.language as tl
 
 BV = int(os.environ.get("KDA_FWDHO_BV", "64"))
 NUM_WARPS = int(os.environ.get("KDA_FWDHO_WARPS", "4"))
-NUM_STAGES = int(os.environ.get("KDA_FWDHO_STAGES", "1"))
+NUM_STAGES = int(os.environ.get("KDA_FWDHO_STAGES", "2"))
 MAX_K = 128  # the state is held as two 64-wide blocks of K
 
 __all__ = ["MAX_K", "fwd_h_o"]
