@@ -3,31 +3,46 @@
 """Where kernel_fun.kda._kernels came from. Literals only: tools/drift.py reads them
 with ast.literal_eval and never imports this module."""
 
-SOURCE_COMMIT = "f7139fe5b8898be45d90c985a304088a3373b5f4"
+SOURCE_COMMIT = "9e616060e2bcbdd8276860830c94cd744689d806"
 RECORD = {
-    "idea": "004-wy-split-k",
-    "record_id": "20261201T022516Z-7ae59cc0",
-    "sha256": "de54b224141eed15ff9146adbda958c5c856ec53fb1ab846f7612063f2ac9cac",
+    "idea": "008-fwd-state-out",
+    "record_id": "20261201T223626Z-16c84f64",
+    "sha256": "13e37337e992795e07ef799503864a1c0a3f6347ced4439c9b6ff088518eebdb",
 }
 KNOBS = {
+    "KDA_DHU_BV": 64,
+    "KDA_DHU_STAGES": 3,
+    "KDA_DHU_WARPS": 8,
+    "KDA_FWDHO_BV": 64,
+    "KDA_FWDHO_STAGES": 2,
+    "KDA_FWDHO_WARPS": 4,
     "KDA_INTRA_BK": 32,
     "KDA_INTRA_STAGES": 2,
     "KDA_INTRA_WARPS": 2,
     "KDA_WY_BK": 64,
     "KDA_WY_BV": 64,
+    "KDA_WY_MAXNREG": 0,
     "KDA_WY_STAGES": 2,
     "KDA_WY_WARPS": 4,
 }
 SOURCE_FILES = {
     "ladder/kernels/kda/ideas/003-intra-anchored-diag/intra.py": "144a304f4efd864a59fd8a2eae33104a9199c53b248c104ae9fc793b9ef6f99a",
-    "ladder/kernels/kda/ideas/004-wy-split-k/kernel.py": "9c1567cf83a65dff8e8181ee98a694fdeb7f8552cc123534ec8cfd9cd4824888",
-    "ladder/kernels/kda/ideas/004-wy-split-k/wy.py": "5c51c9516078ef7b9f74918435971f7580053543c460575f547f8eaa9d32f67e",
+    "ladder/kernels/kda/ideas/005-wy-lean-epilogue/chain.py": "116407e5a00b8c7a8332d004aa067731fb679991b467b866bdb3eaf17ce9561e",
+    "ladder/kernels/kda/ideas/005-wy-lean-epilogue/wy.py": "8d8f2f9ddf4a2a880456dcfbb7f68cfa21e4d0d1d8ef09d139a35bb1dd76e9cd",
+    "ladder/kernels/kda/ideas/006-dhu-wide/dhu.py": "f4cc46d04fd0a98c995a3e16231d3fcce464ed14e4de0ff02364610277e24565",
+    "ladder/kernels/kda/ideas/007-wy-lean-dhu-wide/kernel.py": "2abd18119bc830e6224331148046e4c0932b170e7a40cd4bc9206247c21e22ac",
+    "ladder/kernels/kda/ideas/008-fwd-state-out/fwd.py": "3e3e9d584f4a123538db2f4fecc3b54f61d5e423e5472b9946dd5d925b53b7a0",
+    "ladder/kernels/kda/ideas/008-fwd-state-out/kernel.py": "14e7f64291e9f96347a9727ffb3de973a8c9ed7b886b37b2bbf829ab9dfc0b3b",
 }
 OUTPUT_FILES = {
-    "package/src/kernel_fun/kda/_kernels/__init__.py": "a7d6fdcd3faabb0f63c0c146400948bf00d9593d68e2bce57259147ceb96bb19",
-    "package/src/kernel_fun/kda/_kernels/chain4.py": "9e47ff25105e9b4dc5576ee6cc9d8185296cdb8a4110d157862e750d5d428085",
-    "package/src/kernel_fun/kda/_kernels/intra3.py": "94e1dc816313babdc08d4f457861fa480ff3f86c21b735600e9cf4a8ef02593e",
-    "package/src/kernel_fun/kda/_kernels/wy4.py": "0623f989f4a3f0b1de2073dd5ae2a342dc5b6abf04e363354bcf6ba187fd5bc5",
+    "package/src/kernel_fun/kda/_kernels/__init__.py": "4ed9bec4bad663399214a059d8747a1a157af5e6b62d1d5f9bc5bcc282ddd9a8",
+    "package/src/kernel_fun/kda/_kernels/chain7.py": "a759522f9458237b97035212c626599d60af7cb34ac757749d033dd726254b3b",
+    "package/src/kernel_fun/kda/_kernels/chain8.py": "df8a247b1a544799ced6eb7ab45edfa75ebe611d6f3f72bfcd0722ef410df52c",
+    "package/src/kernel_fun/kda/_kernels/chain_stages5.py": "6292d24ee12744a3a9db2bf9b42b388a694299667b6a8f91d609e32644787aab",
+    "package/src/kernel_fun/kda/_kernels/dhu6.py": "11b155982964d32267c7fc9cfc06ba8d59ad4d8381bb4e19dc4b688c5f612bee",
+    "package/src/kernel_fun/kda/_kernels/fwd8.py": "3f89a9f4bbb38ab364fb65ca9aa7ca511c280441e9c73dd1b7d033778c1f6c86",
+    "package/src/kernel_fun/kda/_kernels/intra3.py": "8594ea635c7f06c039cfe8579ff43c118b827f6a4c82f2ed0ff946b2cabab15e",
+    "package/src/kernel_fun/kda/_kernels/wy5.py": "14d8077430545d2e09fb524ac226909e86abca0e3149e35d245f5a2ce3cec4a1",
 }
 VENDOR = {
     "libcst": "1.9.0",
