@@ -428,16 +428,21 @@ def test_warmup_then_new_lengths_do_not_autotune():
     if dense is None:
         from kernel_fun.cconv._kernels import strip as dense
 
-    # a box module may launch the tuned kernels of a module it imports (005 launches 004's)
+    # a box module may launch the tuned kernels of a module it imports (005 launches 004's,
+    # and imports 002's too): every tuned dense kernel in reach is watched
     homes = [dense, *(m for m in vars(dense).values() if isinstance(m, types.ModuleType))]
-    home = next((m for m in homes if hasattr(m, "cconv_fwd_tuned")), None)
-    assert home is not None, f"no module of {dense.__name__} holds the tuned dense kernels"
+    tuners = [
+        getattr(m, name)
+        for m in homes
+        for name in ("cconv_fwd_tuned", "cconv_bwd_tuned")
+        if hasattr(m, name)
+    ]
+    assert tuners, f"neither {dense.__name__} nor its imports hold tuned dense kernels"
     B, D, W = 2, 1024, 4
     calls = warmup(D, W, B=B, T_max=8192)
     assert calls > 0
-    tuners = [home.cconv_fwd_tuned, home.cconv_bwd_tuned]
     before = [dict(t.cache) for t in tuners]
-    assert all(before), "warmup autotuned nothing"
+    assert any(before), "warmup autotuned nothing"
     rng = random.Random(5)
     w = torch.randn(D, W, device="cuda")
     for _ in range(20):
