@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-REPORT = ROOT / "docs" / "results" / "prodtime-h200-20261201.json"
+REPORT = ROOT / "docs" / "results" / "prodtime-h200-20261201b.json"
 
 
 def test_readme_quotes_the_committed_prodtime_report() -> None:
@@ -67,7 +67,9 @@ def test_readme_research_numbers_are_the_committed_records() -> None:
     kda2 = "ladder/kernels/kda/ideas/002-bwd-wide-ctas/records/"
     kda3 = "ladder/kernels/kda/ideas/003-intra-anchored-diag/records/"
     kda4 = "ladder/kernels/kda/ideas/004-wy-split-k/records/"
+    kda8 = "ladder/kernels/kda/ideas/008-fwd-state-out/records/"
     rows = [
+        (kda8 + "20261201T223626Z-16c84f64.json", "prod", "| 008 at prod B16 T8192 H16 K128 V256 |", 3, 2),
         (kda4 + "20261201T022516Z-7ae59cc0.json", "prod", "| 004 at prod B16 T8192 H16 K128 V256 |", 3, 2),
         (kda4 + "20261201T022556Z-7ae59cc0.json", "deep-gate", "| 004 at deep-gate B4 T4000", 3, 3),
         (kda4 + "20261201T022556Z-7ae59cc0.json", "neg-eigval", "| 004 at neg-eigval B4 T4000", 3, 3),
