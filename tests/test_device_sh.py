@@ -92,56 +92,49 @@ def test_a_real_stage_whose_tests_all_skip_fails(tmp_path: Path) -> None:
     assert "rc=1" in line and "ran no tests" in line and "skipped" in line
 
 
-def test_triton_cache_travels_between_calls(tmp_path: Path) -> None:
-    """TRITON_CACHE_SAVE=1 packs the cache into OUT/tc-all.part-*; a later call with those parts
-    in TRITON_CACHE_IN finds the same files in its TRITON_CACHE_DIR (what lets a new machine
-    skip fla's minutes of autotuning)."""
+def _carry_cache(tmp_path: Path, mode: str) -> tuple[Path, Path, str]:
+    """One call packs tmp_path/tc1 (a pick and a compiled kernel) with TRITON_CACHE_SAVE=mode,
+    a second unpacks its parts into tmp_path/tc2. Returns (tc1, tc2, both calls' output)."""
     first = tmp_path / "tc1"
     (first / "ab12").mkdir(parents=True)
-    pick = first / "ab12" / "chunk_kda_bwd_kernel_intra.autotune.json"
-    pick.write_text('{"configs_timings": [[{"num_warps": 4}, 14.7]]}')
-    base = {**os.environ, "STAGES": "common", "PY": sys.executable, "CUDA_VISIBLE_DEVICES": ""}
-    res = sh(
-        env={**base, "OUT": str(tmp_path / "out1"), "TRITON_CACHE_DIR": str(first),
-             "TRITON_CACHE_IN": str(tmp_path / "none"), "TRITON_CACHE_SAVE": "1"},
-        timeout=300,
-    )  # fmt: skip
-    parts = sorted((tmp_path / "out1").glob("tc-all.part-*"))
-    assert parts, res.stdout + res.stderr
-    second = tmp_path / "tc2"
-    res = sh(
-        env={**base, "OUT": str(tmp_path / "out2"), "TRITON_CACHE_DIR": str(second),
-             "TRITON_CACHE_IN": str(tmp_path / "out1")},
-        timeout=300,
-    )  # fmt: skip
-    restored = second / "ab12" / pick.name
-    assert restored.read_text() == pick.read_text(), res.stdout + res.stderr
-
-
-def test_picks_only_cache_carries_the_picks_and_not_the_kernels(tmp_path: Path) -> None:
-    """TRITON_CACHE_SAVE=picks packs the *.autotune.json files alone: the next call restores
-    the pick byte for byte and none of the compiled kernels beside it."""
-    first = tmp_path / "tc1"
-    (first / "ab12").mkdir(parents=True)
-    pick = first / "ab12" / "chunk_kda_bwd_kernel_intra.autotune.json"
-    pick.write_text('{"configs_timings": [[{"num_warps": 8}, 3.2]]}')
+    (first / "ab12" / "chunk_kda_bwd_kernel_intra.autotune.json").write_text(
+        '{"configs_timings": [[{"num_warps": 8}, 3.2]]}'
+    )
     (first / "cd34").mkdir()
     (first / "cd34" / "chunk_kda_bwd_kernel_intra.cubin").write_bytes(b"\x7fELF" + bytes(4096))
     base = {**os.environ, "STAGES": "common", "PY": sys.executable, "CUDA_VISIBLE_DEVICES": ""}
     res = sh(
         env={**base, "OUT": str(tmp_path / "out1"), "TRITON_CACHE_DIR": str(first),
-             "TRITON_CACHE_IN": str(tmp_path / "none"), "TRITON_CACHE_SAVE": "picks"},
+             "TRITON_CACHE_IN": str(tmp_path / "none"), "TRITON_CACHE_SAVE": mode},
         timeout=300,
     )  # fmt: skip
-    assert sorted((tmp_path / "out1").glob("tc-all.part-*")), res.stdout + res.stderr
+    log = res.stdout + res.stderr
+    assert sorted((tmp_path / "out1").glob("tc-all.part-*")), log
     second = tmp_path / "tc2"
     res = sh(
         env={**base, "OUT": str(tmp_path / "out2"), "TRITON_CACHE_DIR": str(second),
              "TRITON_CACHE_IN": str(tmp_path / "out1")},
         timeout=300,
     )  # fmt: skip
-    assert (second / "ab12" / pick.name).read_text() == pick.read_text(), res.stdout + res.stderr
-    assert not list(second.rglob("*.cubin"))
+    return first, second, log + res.stdout + res.stderr
+
+
+def test_triton_cache_travels_between_calls(tmp_path: Path) -> None:
+    """TRITON_CACHE_SAVE=1 packs the cache into OUT/tc-all.part-*; a later call with those parts
+    in TRITON_CACHE_IN finds the same files in its TRITON_CACHE_DIR (what lets a new machine
+    skip fla's minutes of autotuning)."""
+    first, second, log = _carry_cache(tmp_path, "1")
+    for f in first.rglob("*.*"):
+        assert (second / f.relative_to(first)).read_bytes() == f.read_bytes(), log
+
+
+def test_picks_only_cache_carries_the_picks_and_not_the_kernels(tmp_path: Path) -> None:
+    """TRITON_CACHE_SAVE=picks packs the *.autotune.json files alone: the next call restores
+    the pick byte for byte and none of the compiled kernels beside it."""
+    first, second, log = _carry_cache(tmp_path, "picks")
+    (pick,) = first.rglob("*.autotune.json")
+    assert (second / pick.relative_to(first)).read_text() == pick.read_text(), log
+    assert list(first.rglob("*.cubin")) and not list(second.rglob("*.cubin")), log
 
 
 def test_an_unknown_cache_save_mode_is_refused_before_anything_runs(tmp_path: Path) -> None:
