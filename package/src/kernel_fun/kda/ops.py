@@ -13,15 +13,16 @@ operation of our path runs inside one `torch.autograd.Function`, and every launc
 under `torch.cuda.device(q.device)`, so a call on tensors of a device that is not the
 current one works.
 
-Autotuning and warmup. The promoted chain runs fla's own Triton stages (the forward is fla's
-`ChunkKDAFunction.forward`; the backward calls the stages listed in
-`_common.compat.FLA_SYMBOLS`), so what makes a call autotune is fla's autotune keys. Read
-from fla 0.6.0 (`key=[...]` of every autotuned kernel those stages launch):
+Autotuning and warmup. The promoted chain's own kernels run at fixed launches, untuned: the
+forward's fused state pass and output, the backward's fused WY stage and intra-chunk stage,
+and fla's state-gradient kernel launched directly (K <= 128). Every other stage is fla's
+(listed in `_common.compat.FLA_SYMBOLS`), so what makes a call autotune is fla's autotune
+keys. Read from fla 0.6.0 (`key=[...]` of every autotuned kernel those stages launch):
 
-  * no kernel keys on T itself. chunk_delta_h (fwd_h, bwd_dhu), kda/chunk_intra (the
-    forward's), kda/chunk_intra_token_parallel, kda/wy_fast, kda/chunk_bwd (dAv; the chain
-    runs its own fused WY and intra-chunk backward kernels, untuned, in place of fla's),
-    kda/gate (kda_gate_fwd/bwd, kda_gate_chunk_cumsum) and gla/chunk (chunk_gla_fwd_o_gk)
+  * no kernel keys on T itself. chunk_delta_h (fwd_h: the backward's recompute of the
+    states, and the forward for K > 128; bwd_dhu for K > 128), kda/chunk_intra (the
+    forward's), kda/chunk_intra_token_parallel, kda/wy_fast, kda/chunk_bwd (dAv), kda/gate
+    (kda_gate_fwd/bwd, kda_gate_chunk_cumsum) and gla/chunk (chunk_gla_fwd_o_gk, K > 128)
     key on head counts, head sizes, block sizes, STATE_V_FIRST and IS_VARLEN only;
   * utils/cumsum's chunk_local_cumsum keys on B (the batch size) and IS_VARLEN, so every
     batch size, and the packed (varlen) layout, tunes once;
@@ -347,8 +348,8 @@ class _ChunkKDA(torch.autograd.Function):
                 q, k, v, g, beta, A_log, dt_bias, scale, initial_state, output_final_state,
                 cu_seqlens, lower_bound, safe_gate, allow_neg_eigval,
             )  # fmt: skip
-        # The tensors the chain's forward saved (fla's ChunkKDAFunction saves them with
-        # save_for_backward on the stand-in ctx) go to autograd's own bookkeeping, as fla's
+        # The tensors the chain's forward saved (with save_for_backward on the stand-in ctx,
+        # as fla's ChunkKDAFunction.forward does) go to autograd's own bookkeeping, as fla's
         # Function does: an input changed in place before backward raises, a second backward
         # without retain_graph raises, saved-tensor hooks (save_on_cpu, checkpointing) apply,
         # and autograd frees them after backward.
