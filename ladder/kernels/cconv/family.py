@@ -107,6 +107,7 @@ VENDOR = {
         "006-case-loop-fwd": {"kernel": "strip6"},  # imports 002's and 004's
         "007-case-loop-bwd": {"kernel": "strip7"},  # imports 002's, 004's and 006's
         "008-case-loop-small-grid": {"kernel": "strip8"},  # imports 004's to 007's
+        "009-case-bwd-kahan-dw": {"kernel": "strip9"},  # imports 002's, 007's and 008's
     },
 }
 
