@@ -3,7 +3,7 @@
 """Where kernel_fun.cconv._kernels came from. Literals only: tools/drift.py reads them
 with ast.literal_eval and never imports this module."""
 
-SOURCE_COMMIT = "bfded222783717e6ffd7cd6578640f0e3521ccad"
+SOURCE_COMMIT = "6f0630af1d13cfd601810a1652932c3fed506625"
 RECORD = {
     "idea": "005-small-call-grid",
     "record_id": "20261201T113044Z-5a185b36",
@@ -26,10 +26,10 @@ SOURCE_FILES = {
     "ladder/kernels/cconv/ideas/005-small-call-grid/kernel.py": "16e725b377b60dda3a4b87feccc27744c20d8a81768882ec1493d8e8bc22a82e",
 }
 OUTPUT_FILES = {
-    "package/src/kernel_fun/cconv/_kernels/__init__.py": "65174bd27e4d07d34e658b44cdda42ac8695d9e6a8f283a041d24fe0c900295b",
-    "package/src/kernel_fun/cconv/_kernels/strip2.py": "5a2d453dde23c1dcc15a6d40fb1e3f0d33df05fed846d232ee0573c1d4db9483",
-    "package/src/kernel_fun/cconv/_kernels/strip4.py": "f2a1ca07ec646df367b380c36a6bb3edfd7aec56e82bb444f2394532bcc19df2",
-    "package/src/kernel_fun/cconv/_kernels/strip5.py": "db891dd6eaeb07224c6bbc38011cc8dc83cfc255324c1f4f6486adec0deb8a38",
+    "package/src/kernel_fun/cconv/_kernels/__init__.py": "ae4324e9dfae44881d5ca23fe8996c095f567423bea81d91b16f7a9c6ccf6474",
+    "package/src/kernel_fun/cconv/_kernels/strip2.py": "8dd5d3fe5425b8210309efd801c5ff97383ce5528e49a1c9ccb4b2dc0f77e7c1",
+    "package/src/kernel_fun/cconv/_kernels/strip4.py": "a1596f4cad5bad3339daa58827c9d56f07f1a8a7e837ec629468dda32b770424",
+    "package/src/kernel_fun/cconv/_kernels/strip5.py": "fb05a992e1a20e5f4e36742bb45c5be510d75d7049eb2ad61f5391f51d37285c",
 }
 VENDOR = {
     "libcst": "1.9.0",
