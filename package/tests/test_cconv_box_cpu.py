@@ -330,6 +330,50 @@ def test_causal_conv1d_gradients_through_autograd(routed, name):
         assert rel_err(t.grad, ref[names[k]]) < tol, k
 
 
+def test_a_strided_bias_or_cu_seqlens_is_read_as_its_values(routed):
+    """A bias or cu_seqlens that is a strided view (every other element of a wider tensor)
+    gives the reference's y and gradients, the bias's gradient landing in the wider
+    tensor's elements, in the forward and backward and (bias) in the decode step: the
+    kernels read bias[d] and cu_seqlens[n] at offsets d and n, so the dispatch must hand
+    them contiguous copies, as fla's input guard does."""
+    from kernel_fun.cconv import causal_conv1d, causal_conv1d_update
+
+    B, T, D, W = 2, 21, 24, 4
+    a = _make(B, T, D, W, torch.float32, torch.float32, False, False, False, False, None)
+    g = torch.Generator().manual_seed(7)
+    wide = torch.randn(2 * D, generator=g).requires_grad_()
+    bias = wide[::2]
+    x = a["x"].clone().requires_grad_()
+    y, _ = causal_conv1d(x, a["w"], bias=bias, activation="silu")
+    (y * a["dy"]).sum().backward()
+    ref = conv_reference(a["x"], a["w"], a["dy"], bias.detach(), activation="silu")
+    assert rel_err(y, ref["y"]) < TOL[torch.float32]
+    assert rel_err(x.grad, ref["dx"]) < TOL[torch.float32]
+    assert rel_err(wide.grad[::2], ref["db"]) < TOL[torch.float32]
+    assert torch.count_nonzero(wide.grad[1::2]) == 0
+
+    # cu_seqlens as every other element of a wider tensor, read as its values too
+    lens = [5, 1, 9, 6]
+    offsets = [0, *torch.tensor(lens).cumsum(0).tolist()]
+    wide_cu = torch.tensor([v for o in offsets for v in (o, -7)])
+    xp = torch.randn(1, sum(lens), D, generator=g)
+    dyp = torch.randn(1, sum(lens), D, generator=g)
+    xp_leaf = xp.clone().requires_grad_()
+    yp, _ = causal_conv1d(
+        xp_leaf, a["w"], bias=bias.detach(), activation="silu", cu_seqlens=wide_cu[::2]
+    )
+    (yp * dyp).sum().backward()
+    refp = conv_reference(xp, a["w"], dyp, bias.detach(), cu_seqlens=torch.tensor(offsets))
+    assert rel_err(yp, refp["y"]) < TOL[torch.float32]
+    assert rel_err(xp_leaf.grad, refp["dx"]) < TOL[torch.float32]
+
+    xs = torch.randn(3, D, generator=g)
+    cache = torch.randn(3, D, W, generator=g)
+    want_y, _ = update_reference(xs, cache, None, a["w"], bias.detach(), "silu")
+    y1, _ = causal_conv1d_update(xs, cache, None, a["w"], bias.detach(), "silu")
+    assert rel_err(y1, want_y) < TOL[torch.float32]
+
+
 def _gate_args(**over):
     g = torch.Generator().manual_seed(0)
     args = dict(

@@ -446,6 +446,11 @@ def causal_conv1d(
         )
     if _needs_box(x, activation, options) is None:
         return _CausalConv1dSilu.apply(x, weight), None
+    # The box kernels read bias[d] and cu_seqlens[n] at offsets d and n: a strided view
+    # (bias[::2]) must reach them as a contiguous copy (fla's input guard makes the same
+    # copies), the bias's through autograd so that its gradient lands in the view.
+    bias = bias.contiguous() if bias is not None else None
+    cu_seqlens = cu_seqlens.contiguous() if cu_seqlens is not None else None
     return _CausalConv1d.apply(
         x, weight, bias, residual, initial_state, output_final_state, activation, cu_seqlens
     )
@@ -554,8 +559,11 @@ def causal_conv1d_update(
         return compat.fla_original("causal_conv1d_update")(
             x=x, cache=cache, residual=residual, weight=weight, bias=bias, activation=activation
         )
-    with _on(x):
-        return _box().cconv_update(x, cache, residual, weight, bias, activation)
+    with _on(x):  # the decode kernel reads bias[d] at offset d too
+        return _box().cconv_update(
+            x, cache, residual, weight, bias.contiguous() if bias is not None else None,
+            activation,
+        )  # fmt: skip
 
 
 def warmup(
