@@ -137,6 +137,41 @@ def test_picks_only_cache_carries_the_picks_and_not_the_kernels(tmp_path: Path) 
     assert list(first.rglob("*.cubin")) and not list(second.rglob("*.cubin")), log
 
 
+def test_a_save_replaces_an_earlier_saves_parts(tmp_path: Path) -> None:
+    """A second save into the same OUT leaves no part of the first: the restore then reads
+    the second save whole (an old -ab part would be appended to the new archive)."""
+    out = tmp_path / "out1"
+    out.mkdir()
+    stale = out / "tc-all.part-zz"
+    stale.write_bytes(b"not part of this save")
+    first, second, log = _carry_cache(tmp_path, "picks")
+    assert not stale.exists(), log
+    (pick,) = first.rglob("*.autotune.json")
+    assert (second / pick.relative_to(first)).read_text() == pick.read_text(), log
+    assert "holds no readable cache" not in log and "unpacked 1 cache files" in log, log
+
+
+def test_a_cut_off_cache_leaves_no_partial_file(tmp_path: Path) -> None:
+    """Parts that end early (one part of two missing): nothing of the archive enters the
+    cache, and the log says why and what to do."""
+    first = tmp_path / "tc1"
+    (first / "ab12").mkdir(parents=True)
+    (first / "ab12" / "k.cubin").write_bytes(os.urandom(3 * 1024 * 1024))
+    (first / "ab12" / "k.autotune.json").write_text("{}")
+    packed = tmp_path / "packed.tgz"
+    subprocess.run(["tar", "-czf", str(packed), "-C", str(tmp_path), "tc1"], check=True)
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / "tc-all.part-aa").write_bytes(packed.read_bytes()[: packed.stat().st_size // 2])
+    second = tmp_path / "tc2"
+    env = {**os.environ, "STAGES": "common", "PY": sys.executable, "CUDA_VISIBLE_DEVICES": "",
+           "OUT": str(tmp_path / "out"), "TRITON_CACHE_DIR": str(second),
+           "TRITON_CACHE_IN": str(cut)}  # fmt: skip
+    res = sh(env=env, timeout=300)
+    assert "holds no readable cache" in res.stderr and "starting cold" in res.stderr, res.stderr
+    assert not second.exists() or not [p for p in second.rglob("*") if p.is_file()]
+
+
 def test_an_unknown_cache_save_mode_is_refused_before_anything_runs(tmp_path: Path) -> None:
     env = {**os.environ, "STAGES": "common", "OUT": str(tmp_path / "out"),
            "PY": sys.executable, "TRITON_CACHE_SAVE": "yes"}  # fmt: skip

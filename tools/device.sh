@@ -153,9 +153,18 @@ rm -f "$OUT"/*.rc  # outcomes of an earlier run in the same OUT
 
 TRITON_CACHE_IN=${TRITON_CACHE_IN:-.tc}
 if compgen -G "$TRITON_CACHE_IN/tc-all.part-*" >/dev/null; then  # a previous machine's cache
-  mkdir -p "$TRITON_CACHE_DIR"
-  cat "$TRITON_CACHE_IN"/tc-all.part-* | tar -xzf - -C "$TRITON_CACHE_DIR" --strip-components=1 \
-    || echo "device.sh: $TRITON_CACHE_IN holds no readable cache; starting cold" >&2
+  # unpacked aside and moved in only whole: a cut-off archive must not leave a truncated
+  # kernel in the cache for Triton to load later
+  unpacked=$(mktemp -d)
+  if cat "$TRITON_CACHE_IN"/tc-all.part-* | tar -xzf - -C "$unpacked" --strip-components=1; then
+    mkdir -p "$TRITON_CACHE_DIR"
+    cp -a "$unpacked"/. "$TRITON_CACHE_DIR"/
+    echo "device.sh: unpacked $(find "$unpacked" -type f | wc -l) cache files from $TRITON_CACHE_IN" >&2
+  else
+    echo "device.sh: $TRITON_CACHE_IN holds no readable cache (parts missing, stale or" \
+      "corrupt: copy all of one save's tc-all.part-* and nothing else); starting cold" >&2
+  fi
+  rm -rf "$unpacked"
 fi
 
 DONE=()
@@ -265,15 +274,22 @@ for group in $STAGES; do
   DONE+=("${members[@]}")
 done
 
-if [[ ${TRITON_CACHE_SAVE:-0} == 1 && -d $TRITON_CACHE_DIR ]]; then
-  tar -czf - -C "$(dirname "$TRITON_CACHE_DIR")" "$(basename "$TRITON_CACHE_DIR")" \
-    | split -b 15m - "$OUT/tc-all.part-"
-elif [[ ${TRITON_CACHE_SAVE:-0} == picks && -d $TRITON_CACHE_DIR ]]; then
-  # the autotune picks alone (kilobytes): the next machine compiles each picked config once
-  # instead of timing every config, and the parts stay far below the files-back limits
-  (cd "$(dirname "$TRITON_CACHE_DIR")" \
-    && find "$(basename "$TRITON_CACHE_DIR")" -name '*.autotune.json' -print0 \
-    | tar -czf - --null -T -) | split -b 15m - "$OUT/tc-all.part-"
+if [[ ${TRITON_CACHE_SAVE:-0} != 0 ]]; then
+  rm -f "$OUT"/tc-all.part-*  # an earlier save's parts would join this one's archive
+  if [[ ! -d $TRITON_CACHE_DIR ]]; then
+    echo "device.sh: TRITON_CACHE_SAVE=$TRITON_CACHE_SAVE: no cache at $TRITON_CACHE_DIR to pack" >&2
+  else
+    pattern='*'  # 1: the whole cache
+    # picks: the autotune picks alone (kilobytes): the next machine compiles each picked
+    # config once instead of timing every config, and the parts stay far below the
+    # files-back limits
+    [[ $TRITON_CACHE_SAVE == picks ]] && pattern='*.autotune.json'
+    (cd "$(dirname "$TRITON_CACHE_DIR")" \
+      && find "$(basename "$TRITON_CACHE_DIR")" -type f -name "$pattern" -print0 \
+      | tar -czf - --null -T -) | split -b 15m - "$OUT/tc-all.part-"
+    n=$(find "$TRITON_CACHE_DIR" -type f -name "$pattern" | wc -l)
+    echo "device.sh: packed $n cache files ($TRITON_CACHE_SAVE) into $OUT/tc-all.part-*" >&2
+  fi
 fi
 
 summarize "$OUT" "${DONE[@]}"
