@@ -121,7 +121,7 @@ def test_bench_parse_launch_maps_knobs() -> None:
     ("args", "message"),
     [
         (["009"], "no idea '009'"),
-        (["006"], "has no wy.py of its own"),
+        (["006"], "has no wy.py, the --stage wy module; ideas with one: 004"),
         (["005", "--stage", "dhu"], "has no dhu.py"),
         (["007", "--stage", "fwdho"], "has no fwd.py"),
         (["008", "--stage", "fwdho", "--launch", "64,4"], "three positive ints"),

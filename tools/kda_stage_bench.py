@@ -242,9 +242,12 @@ def main(
             _usage(str(exc).splitlines()[0])
         stem = MODULES[stage]
         if not (paths.family_dir("kda") / "ideas" / folder / f"{stem}.py").is_file():
+            owners = sorted(
+                f.parent.name[:3] for f in (paths.family_dir("kda") / "ideas").glob(f"*/{stem}.py")
+            )
             _usage(
-                f"kda idea {folder} has no {stem}.py of its own (an idea that imports another "
-                f"idea's {stem}.py: bench that idea)"
+                f"kda idea {folder} has no {stem}.py, the --stage {stage} module; ideas "
+                f"with one: {', '.join(owners) or 'none'}"
             )
         mods[idea] = importlib.import_module(f"ladder.kernels.kda.ideas.i{folder[:3]}.{stem}")
     import torch

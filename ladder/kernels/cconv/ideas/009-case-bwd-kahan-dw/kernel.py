@@ -8,7 +8,8 @@ fla's (NOTES.md). fla sums each tile of rows as a tree. Here, for fp32 x only, e
 the running sums with Kahan's compensation, so the serial error no longer grows with the
 segment's length. dx, the halo and every other dtype are 008's, bit for bit.
 
-Env knobs: none of its own; those of 008 and of the modules it imports.
+Env knobs: none of its own; those of 008 and of the modules it imports, except that
+007's CCONV_CASE_BWD=0 (002's loop instead of 007's) does not reach fp32 x here.
 """
 
 from __future__ import annotations
