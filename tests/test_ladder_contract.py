@@ -212,3 +212,23 @@ def test_a_family_that_cannot_run_on_the_interpreter_says_why(interpret_env) -> 
         "family kda cannot run on Triton's CPU interpreter" in err and "test_kda_chains.py" in err
     ), err
     assert contract._problem(SimpleNamespace(NO_INTERPRETER=""), "NO_INTERPRETER")
+
+
+def test_every_ideas_cases_line_is_readable_without_importing() -> None:
+    """The board and the vendor read an idea's CASES from its source without importing it
+    (`static_idea_cases`): an idea that writes CASES as an expression (`k8.CASES`) could
+    never be promoted, whatever its records. Every committed idea that assigns CASES writes
+    a literal tuple of strings (the 000 baselines, shown but never promoted, aside)."""
+    from ladder.contract import static_idea_cases
+
+    root = Path(__file__).resolve().parents[1] / "ladder" / "kernels"
+    checked = 0
+    for kernel in sorted(root.glob("*/ideas/*/kernel.py")):
+        if kernel.parent.name.startswith("000-"):
+            continue
+        source = kernel.read_text()
+        if not any(line.startswith("CASES") for line in source.splitlines()):
+            continue
+        assert static_idea_cases(source) is not None, kernel
+        checked += 1
+    assert checked >= 16  # cconv 002-009 and kda 001-008
