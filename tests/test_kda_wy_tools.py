@@ -63,6 +63,14 @@ def test_008s_fused_forward_fits_the_sm_without_spills_at_its_default_launch() -
     )
 
 
+def test_without_a_launch_each_idea_compiles_at_its_own_knobs() -> None:
+    import kda_wy_sass
+
+    assert kda_wy_sass.idea_launch("008", "fwdho") == [64, 4, 2]
+    assert kda_wy_sass.idea_launch("005", "wy") == [64, 64, 4, 2]  # no register cap
+    assert kda_wy_sass.idea_launch("004", "wy") == [64, 64, 8, 2]  # its source default
+
+
 def test_resident_programs_per_sm() -> None:
     import kda_wy_sass
 
@@ -114,7 +122,20 @@ def test_bench_parse_launch_maps_knobs() -> None:
     assert all(hasattr(wy, n) for n in kda_stage_bench.KNOBS["wy"])
     assert all(hasattr(dhu, n) for n in kda_stage_bench.KNOBS["dhu"])
     assert all(hasattr(fwd, n) for n in kda_stage_bench.KNOBS["fwdho"])
-    assert set(kda_stage_bench.DEFAULT_LAUNCH) == set(kda_stage_bench.KNOBS)
+    # without --launch each idea runs at its own knob values (008's fused forward: its
+    # measured best, 64, 4, 2), not at a launch written down in the tool
+    current = {n: getattr(fwd, n) for n in kda_stage_bench.KNOBS["fwdho"]}
+    assert (
+        kda_stage_bench.launch_values({}, current)
+        == current
+        == dict(BV=64, NUM_WARPS=4, NUM_STAGES=2)
+    )
+    wy_now = {n: getattr(wy, n) for n in kda_stage_bench.KNOBS["wy"]}
+    given = kda_stage_bench.parse_launch("32,64,8,3")
+    assert kda_stage_bench.launch_values(given, {**wy_now, "MAXNREG": 168}) == {
+        **given,
+        "MAXNREG": 0,
+    }
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,8 @@ T8192 H16 K128 V256, dense):
 
 fla's function is autotuned at that size in this process on its first call. The launch is
 set through the idea module's knob globals for the call (the same values its knobs give at
-import); a launch with a maxnreg is skipped for an idea without that knob.
+import); a launch with a maxnreg is skipped for an idea without that knob. Without
+`--launch` each idea runs at its own knob values (its defaults, or the KDA_* environment).
 
 Per row: the median ms of ``triton.testing.do_bench``, whether two calls gave bitwise equal
 outputs (a kernel with a race shows here, not in an error against the oracle), and the
@@ -63,7 +64,15 @@ KNOBS = {
     "fwdho": ("BV", "NUM_WARPS", "NUM_STAGES"),
 }
 MODULES = {"wy": "wy", "dhu": "dhu", "fwdho": "fwd"}
-DEFAULT_LAUNCH = {"wy": "64,64,4,2", "dhu": "64,8,3", "fwdho": "64,4,1"}
+
+
+def launch_values(launch: dict[str, int], current: dict[str, int]) -> dict[str, int]:
+    """The knob globals one idea runs a launch at: the launch's values over the module's
+    ``current`` ones; a launch given without a maxnreg runs uncapped (MAXNREG 0), and the
+    empty launch (no --launch) is the module's values as they are."""
+    if not launch:
+        return dict(current)
+    return {n: launch.get(n, 0 if n == "MAXNREG" else v) for n, v in current.items()}
 
 
 def parse_launch(spec: str, stage: str = "wy") -> dict[str, int]:
@@ -221,9 +230,8 @@ def main(
     """Time each idea's stage at each launch against fla's, stage alone."""
     if stage not in KNOBS:
         _usage(f"--stage {stage!r}: wy, dhu or fwdho")
-    launch = launch or [DEFAULT_LAUNCH[stage]]
-    try:
-        launches = [parse_launch(spec, stage) for spec in launch]
+    try:  # no --launch: one launch, each idea at its own knob values
+        launches = [parse_launch(spec, stage) for spec in launch] if launch else [{}]
     except ValueError as exc:
         _usage(str(exc))
     if T % 64:
@@ -272,8 +280,9 @@ def main(
                 )
                 continue
             saved = {n: getattr(mod, n) for n in KNOBS[stage] if hasattr(mod, n)}
-            for n in saved:
-                setattr(mod, n, lp.get(n, 0 if n == "MAXNREG" else saved[n]))
+            values = launch_values(lp, saved)
+            for n, val in values.items():
+                setattr(mod, n, val)
             try:
 
                 def ours(mod=mod):
@@ -291,10 +300,12 @@ def main(
                     setattr(mod, n, val)
             worst, ok = judge(diffs, same)
             bad |= not ok
-            row = dict(idea=idea, **lp, ms=ms, fla_ms=fla_ms, deterministic=same, rel_diff=diffs)
+            row = dict(
+                idea=idea, **values, ms=ms, fla_ms=fla_ms, deterministic=same, rel_diff=diffs
+            )
             rows.append(row)
             typer.echo(
-                f"{idea} {','.join(str(v) for v in lp.values())}: {ms:.3f} ms ({fla_ms / ms:.2f}x "
+                f"{idea} {','.join(str(v) for v in values.values())}: {ms:.3f} ms ({fla_ms / ms:.2f}x "
                 f"fla), deterministic {same}, largest difference from fla {diffs[worst]:.1e} "
                 f"({worst}){'' if ok else '  <- FAILS'}"
             )

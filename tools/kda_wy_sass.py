@@ -16,6 +16,8 @@ most 64 warps).
 
 `--stage fwdho` compiles an idea's ``fwd.chunk_kda_fwd_kernel_h_o`` (kda/008) at each
 BV, warps, stages, at the same sizes, with no initial or final state.
+Without `--launch` each idea compiles at its own knob values (defaults, or the KDA_*
+environment).
 
 Pointers carry `tt.divisibility` 16, the alignment Triton's JIT specializes a launch to when
 the tensors' addresses are multiples of 16 (torch's allocations are): without it Triton does
@@ -103,6 +105,19 @@ def resident(regs: int, smem: int, warps: int) -> int:
     return min(SM_REGS // (per_warp * warps), SM_SMEM // max(smem, 1), SM_WARPS // warps)
 
 
+def idea_launch(idea: str, stage: str) -> list[int]:
+    """The launch an idea's module reads from its knobs (defaults or the KDA_* environment):
+    wy [BK, BV, warps, stages] plus maxnreg when the idea caps it; fwdho [BV, warps, stages]."""
+    import ladder  # noqa: F401  (the idea import finder)
+
+    module = "wy" if stage == "wy" else "fwd"
+    mod = importlib.import_module(f"ladder.kernels.kda.ideas.i{idea.lstrip('i')}.{module}")
+    if stage == "wy":
+        cap = getattr(mod, "MAXNREG", 0)
+        return [mod.BK, mod.BV, mod.NUM_WARPS, mod.NUM_STAGES, *([cap] if cap else [])]
+    return [mod.BV, mod.NUM_WARPS, mod.NUM_STAGES]
+
+
 def main(
     ideas: list[str] = typer.Argument(..., help="kda idea numbers, e.g. 004 005"),
     launch: list[str] = typer.Option(
@@ -110,20 +125,24 @@ def main(
     ),
     stage: str = typer.Option("wy", help="wy (the fused WY backward) or fwdho (kda/008)"),
 ) -> None:
-    """Print registers, stack, shared memory, static SASS count and programs per SM."""
+    """Print registers, stack, shared memory, static SASS count and programs per SM, at each
+    --launch, or without one at each idea's own knob values."""
     if stage not in ("wy", "fwdho"):
         raise typer.BadParameter(f"--stage {stage!r}: wy or fwdho")
     form, counts = ("BK,BV,warps,stages[,maxnreg]", (4, 5)) if stage == "wy" else (
         "BV,warps,stages", (3,))  # fmt: skip
     try:
-        for spec in launch or (["64,64,4,2"] if stage == "wy" else ["64,4,1"]):
-            try:
-                parts = [int(p) for p in spec.split(",")]
-            except ValueError:
-                parts = []
-            if len(parts) not in counts:
-                raise typer.BadParameter(f"--launch {spec!r}: {form}")
+        for spec in launch or [None]:  # no --launch: each idea at its own knob values
+            given = None
+            if spec is not None:
+                try:
+                    given = [int(p) for p in spec.split(",")]
+                except ValueError:
+                    given = []
+                if len(given) not in counts:
+                    raise typer.BadParameter(f"--launch {spec!r}: {form}")
             for idea in ideas:
+                parts = given or idea_launch(idea, stage)
                 if stage == "wy":
                     bk, bv, warps, stages = parts[:4]
                     maxnreg = parts[4] if len(parts) == 5 else None
