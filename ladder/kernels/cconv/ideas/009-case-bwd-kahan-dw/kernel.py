@@ -42,6 +42,7 @@ cconv_fwd = k8.cconv_fwd
 cconv_bwd = k8.cconv_bwd
 cconv_update = k8.cconv_update
 conv_fwd = k8.conv_fwd
+cconv_fwd_case = k8.cconv_fwd_case
 
 
 @triton.jit
@@ -283,14 +284,6 @@ def conv_bwd(
             HAS_DHT=dht_c is not None, VARLEN=cu_seqlens is not None, BD=128, num_warps=1,
         )  # fmt: skip
     return dx, dw, db, (dy if residual is not None else None), dh0
-
-
-def cconv_fwd_case(x: torch.Tensor, w: torch.Tensor, opts: dict):
-    """The family's case entry point: conv_fwd with the case's options -> (y, final_state)."""
-    return conv_fwd(
-        x, w, opts["bias"], opts["residual"], opts["initial_state"],
-        bool(opts["output_final_state"]), opts["activation"], opts["cu_seqlens"],
-    )  # fmt: skip
 
 
 def cconv_bwd_case(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, opts: dict):
