@@ -114,14 +114,17 @@ def test_bench_parse_launch_maps_knobs() -> None:
     )
     assert kda_stage_bench.parse_launch("64,8,3", "dhu") == dict(BV=64, NUM_WARPS=8, NUM_STAGES=3)
     assert kda_stage_bench.parse_launch("32,4,1", "fwdho") == dict(BV=32, NUM_WARPS=4, NUM_STAGES=1)
+    assert kda_stage_bench.parse_launch("8", "gate") == dict(NUM_WARPS=8)
     # the knob globals the tool sets are the ones the ideas' modules read
     from ladder.kernels.kda.ideas.i005 import wy
     from ladder.kernels.kda.ideas.i006 import dhu
     from ladder.kernels.kda.ideas.i008 import fwd
+    from ladder.kernels.kda.ideas.i009 import gate
 
     assert all(hasattr(wy, n) for n in kda_stage_bench.KNOBS["wy"])
     assert all(hasattr(dhu, n) for n in kda_stage_bench.KNOBS["dhu"])
     assert all(hasattr(fwd, n) for n in kda_stage_bench.KNOBS["fwdho"])
+    assert all(hasattr(gate, n) for n in kda_stage_bench.KNOBS["gate"])
     # without --launch each idea runs at its own knob values (008's fused forward: its
     # measured best, 64, 4, 2), not at a launch written down in the tool
     current = {n: getattr(fwd, n) for n in kda_stage_bench.KNOBS["fwdho"]}
@@ -141,14 +144,20 @@ def test_bench_parse_launch_maps_knobs() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["009"], "no idea '009'"),
+        (["010"], "no idea '010'"),
         (["006"], "has no wy.py, the --stage wy module; ideas with one: 004"),
         (["005", "--stage", "dhu"], "has no dhu.py"),
         (["007", "--stage", "fwdho"], "has no fwd.py"),
         (["008", "--stage", "fwdho", "--launch", "64,4"], "three positive ints"),
         (["006", "--stage", "dhu", "--launch", "64,8"], "three positive ints"),
         (["006", "--stage", "dhu", "--launch", "48,8,3"], "BV 48 is not a power of two"),
-        (["006", "--stage", "bogus"], "wy, dhu or fwdho"),
+        (["006", "--stage", "bogus"], "wy, dhu, fwdho or gate"),
+        (
+            ["008", "--stage", "gate"],
+            "has no gate.py, the --stage gate module; ideas with one: 009",
+        ),
+        (["009", "--stage", "gate", "--launch", "4,2"], "one positive ints"),
+        (["009", "--stage", "gate", "--launch", "6"], "warps 6 is not a power of two"),
         (["005", "--T", "100"], "not a multiple of 64"),
         (["005", "--HV", "24"], "not a multiple of H"),
         (["005", "--launch", "64,64"], "four or five"),

@@ -6,6 +6,8 @@
         --out out/kda-dhu-bench.json
     python tools/kda_stage_bench.py 008 --stage fwdho --launch 64,4,1 --launch 32,4,2 \
         --out out/kda-fwdho-bench.json
+    python tools/kda_stage_bench.py 009 --stage gate --launch 4 --launch 8 \
+        --out out/kda-gate-bench.json
 
 A whole-op bench re-runs fla's autotuned chain for every launch tried; this tool times one
 stage on random inputs of its shapes and dtypes at one problem size (default prod: B16
@@ -22,6 +24,10 @@ T8192 H16 K128 V256, dense):
   fla's two kernels, ``chunk_gated_delta_rule_fwd_h`` then ``chunk_gla_fwd_o_gk``
   (state_v_first), against each idea's fused ``fwd.fwd_h_o`` (kda/008) at each launch: BV,
   warps, stages.
+- `--stage gate`: the backward's reverse chunk-local cumsum of dg and the gate's backward
+  (softplus form). fla's two calls, ``chunk_local_cumsum(reverse=True)`` then
+  ``kda_gate_bwd``, against each idea's one-pass ``gate.gate_tail`` (kda/009) at each
+  launch: warps.
 
 fla's function is autotuned at that size in this process on its first call. The launch is
 set through the idea module's knob globals for the call (the same values its knobs give at
@@ -56,14 +62,18 @@ OUTPUTS = {
     "wy": ("dq", "dk", "dv2", "db", "dg", "dA"),
     "dhu": ("dh", "dh0", "dv2"),
     "fwdho": ("o", "ht"),
+    "gate": ("dg", "dA_log", "ddt_bias"),
 }
 MAX_REL = 1e-2  # bf16 operands in both kernels' products: 1e-3 is typical (004's NOTES)
 KNOBS = {
     "wy": ("BK", "BV", "NUM_WARPS", "NUM_STAGES", "MAXNREG"),
     "dhu": ("BV", "NUM_WARPS", "NUM_STAGES"),
     "fwdho": ("BV", "NUM_WARPS", "NUM_STAGES"),
+    "gate": ("NUM_WARPS",),
 }
-MODULES = {"wy": "wy", "dhu": "dhu", "fwdho": "fwd"}
+MODULES = {"wy": "wy", "dhu": "dhu", "fwdho": "fwd", "gate": "gate"}
+FORMS = {"wy": "BK,BV,warps,stages[,maxnreg]", "dhu": "BV,warps,stages",
+         "fwdho": "BV,warps,stages", "gate": "warps"}  # fmt: skip
 
 
 def launch_values(launch: dict[str, int], current: dict[str, int]) -> dict[str, int]:
@@ -78,17 +88,18 @@ def launch_values(launch: dict[str, int], current: dict[str, int]) -> dict[str, 
 def parse_launch(spec: str, stage: str = "wy") -> dict[str, int]:
     """The stage's knob globals from a launch string: wy "BK,BV,warps,stages[,maxnreg]" ->
     {"BK", "BV", "NUM_WARPS", "NUM_STAGES"[, "MAXNREG"]}; dhu and fwdho "BV,warps,stages" ->
-    {"BV", "NUM_WARPS", "NUM_STAGES"}. ValueError naming what is wrong."""
-    form = "BK,BV,warps,stages[,maxnreg]" if stage == "wy" else "BV,warps,stages"
-    counts = (4, 5) if stage == "wy" else (3,)
+    {"BV", "NUM_WARPS", "NUM_STAGES"}; gate "warps" -> {"NUM_WARPS"}. ValueError naming what
+    is wrong."""
+    form = FORMS[stage]
+    counts = {"wy": (4, 5), "gate": (1,)}.get(stage, (3,))
     try:
         parts = [int(p) for p in spec.split(",")]
     except ValueError:
         raise ValueError(f"--launch {spec!r}: integers {form}") from None
     if len(parts) not in counts or min(parts) < 1:
-        what = "four or five" if stage == "wy" else "three"
+        what = {"wy": "four or five", "gate": "one"}.get(stage, "three")
         raise ValueError(f"--launch {spec!r}: {what} positive ints, {form}")
-    names = ("BK", "BV", "warps") if stage == "wy" else ("BV", "warps")
+    names = {"wy": ("BK", "BV", "warps"), "gate": ("warps",)}.get(stage, ("BV", "warps"))
     for name, n in zip(names, parts):
         if n & (n - 1):
             raise ValueError(f"--launch {spec!r}: {name} {n} is not a power of two")
@@ -156,6 +167,8 @@ def _stage_calls(stage: str, x: dict, B: int, H: int, HV: int, K: int, V: int):
 
     if stage == "fwdho":
         return _fwdho_calls(x, B, H, HV, K, V)
+    if stage == "gate":
+        return _gate_calls(B, x["q"].shape[1], HV, K)
     if stage == "wy":
         from fla.ops.kda.chunk_bwd import chunk_kda_bwd_wy_dqkg_fused
 
@@ -209,15 +222,40 @@ def _fwdho_calls(x: dict, B: int, H: int, HV: int, K: int, V: int):
     return fla_call, ours
 
 
+def _gate_calls(B: int, T: int, HV: int, K: int):
+    """(fla's two calls, ours(mod)) for the gate tail: dg of the gate cumsum fp32, the raw
+    gate bf16 (about the layer's range), A_log and dt_bias as KimiDeltaAttention starts them."""
+    import torch
+    from fla.ops.kda.gate import kda_gate_bwd
+    from fla.ops.utils import chunk_local_cumsum
+
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    dgc = torch.randn(B, T, HV, K, device="cuda", generator=gen) * 1e-3
+    g = (torch.randn(B, T, HV, K, device="cuda", generator=gen) * 2).to(torch.bfloat16)
+    A_log = torch.log(torch.empty(HV, device="cuda").uniform_(1, 16, generator=gen))
+    dt_bias = torch.full((HV * K,), -4.0, device="cuda")
+
+    def fla_call():
+        dyg = chunk_local_cumsum(dgc, chunk_size=64, reverse=True)
+        return kda_gate_bwd(g=g, A_log=A_log, dt_bias=dt_bias, dyg=dyg)
+
+    def ours(mod):
+        return mod.gate_tail(dgc, g, A_log, dt_bias)
+
+    return fla_call, ours
+
+
 def main(
     ideas: list[str] = typer.Argument(..., help="kda idea numbers with the stage, e.g. 004 005"),
     stage: str = typer.Option(
         "wy",
-        help="wy (the fused WY stage), dhu (the state gradient) or fwdho (the forward's "
-        "state pass and output)",
+        help="wy (the fused WY stage), dhu (the state gradient), fwdho (the forward's "
+        "state pass and output) or gate (the backward's gate tail)",
     ),
     launch: list[str] = typer.Option(
-        None, help="wy: BK,BV,warps,stages[,maxnreg]; dhu, fwdho: BV,warps,stages (repeatable)"
+        None,
+        help="wy: BK,BV,warps,stages[,maxnreg]; dhu, fwdho: BV,warps,stages; gate: warps "
+        "(repeatable)",
     ),
     out: Path = typer.Option(Path("out/kda-stage-bench.json"), help="the JSON report"),
     B: int = typer.Option(16, min=1),
@@ -229,7 +267,7 @@ def main(
 ) -> None:
     """Time each idea's stage at each launch against fla's, stage alone."""
     if stage not in KNOBS:
-        _usage(f"--stage {stage!r}: wy, dhu or fwdho")
+        _usage(f"--stage {stage!r}: wy, dhu, fwdho or gate")
     try:  # no --launch: one launch, each idea at its own knob values
         launches = [parse_launch(spec, stage) for spec in launch] if launch else [{}]
     except ValueError as exc:

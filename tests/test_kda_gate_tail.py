@@ -1,0 +1,154 @@
+"""kda idea 009's one-pass gate tail (`gate.gate_tail`) against the two fla 0.6.0 kernels it
+replaces (`chunk_local_cumsum(..., reverse=True)`, then `kda_gate_bwd`), on Triton's CPU
+interpreter, and against a float64 evaluation of the same formulas.
+
+Cases: T not a multiple of the chunk, K not a power of two, two value heads, both gate forms
+(softplus and lower bound), the raw gate in fp32 and bf16, packed sequences of 1 to 70
+tokens, and a packed batch whose sequences end before T (those rows: 0 here; fla leaves them
+to whatever its cumsum's uninitialised buffer held, so they are left out of the comparison
+with fla and of its sums). Raw gates reach +-40 (softplus's linear branch and sigmoid's
+saturation). Outputs allocated uninitialised start as NaN, so a row no kernel writes shows.
+
+Runs in a subprocess (`tests.interpreted.run_interpreted`).
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from tests.interpreted import run_interpreted
+
+SCRIPT = textwrap.dedent(
+    r"""
+    import json
+    import torch
+    import ladder  # the idea import finder
+    import fla.ops.kda.gate, fla.ops.utils.cumsum  # noqa: F401 (adjusted below)
+    from tests.interpreted import fla_on_the_interpreter
+
+    fla_on_the_interpreter()
+    _empty_like = torch.empty_like
+    torch.empty_like = lambda t, **kw: _empty_like(t, **kw).fill_(float("nan"))
+    from fla.ops.kda.gate import kda_gate_bwd
+    from fla.ops.utils import chunk_local_cumsum
+    from fla.ops.utils.index import prepare_chunk_indices
+    from ladder.kernels.kda.ideas.i009 import gate
+
+    def oracle(dgc, g, A_log, dt_bias, lb, cu, T):
+        # float64: reverse cumsum within each 64-row chunk of each sequence, then the gate
+        B, _, HV, K = g.shape
+        dgc, x = dgc.double(), g.double() + dt_bias.double().view(HV, K)
+        bounds = [(b, 0, T) for b in range(B)] if cu is None else [
+            (0, int(cu[i]), int(cu[i + 1])) for i in range(len(cu) - 1)]
+        dyg = torch.zeros_like(dgc)
+        for b, s, e in bounds:
+            for c in range(s, e, 64):
+                blk = dgc[b, c:min(c + 64, e)]
+                dyg[b, c:min(c + 64, e)] = blk.flip(0).cumsum(0).flip(0)
+        a = A_log.double().view(1, 1, HV, 1)
+        if lb is None:
+            dx = -a.exp() * torch.sigmoid(x) * dyg
+            dA = (dyg * -a.exp() * torch.nn.functional.softplus(x)).sum((0, 1, 3))
+        else:
+            s = torch.sigmoid(a.exp() * x)
+            dx = dyg * lb * s * (1 - s) * a.exp()
+            dA = (dx * x).sum((0, 1, 3))
+        covered = torch.zeros(B, T, dtype=torch.bool)
+        for b, s, e in bounds:
+            covered[b, s:e] = True
+        dx = torch.where(covered[:, :, None, None], dx, 0.0)
+        return dx, dA, dx.sum((0, 1)).reshape(-1), covered
+
+    def rel(a, b):
+        return float((a.double() - b.double()).norm() / b.double().norm())
+
+    cases = [
+        # name, B, HV, K, lengths (one per batch row, or packed; None: rows past the last), lb,
+        # gate dtype
+        ("dense-ragged", 2, 1, 32, [100, 100], None, torch.float32),
+        ("k-ragged-two-heads", 1, 2, 24, [130], None, torch.float32),
+        ("lower-bound", 2, 2, 32, [70, 70], -5.0, torch.float32),
+        ("bf16-gate", 1, 1, 32, [129], None, torch.bfloat16),
+        ("varlen", 1, 2, 32, [1, 40, 2, 70, 64], None, torch.float32),
+        ("varlen-lower-bound", 1, 1, 16, [3, 65, 1], -5.0, torch.float32),
+        ("packed-short-of-t", 1, 1, 32, [30, 41, None], None, torch.float32),
+    ]
+    out = {}
+    for name, B, HV, K, lens, lb, gdt in cases:
+        torch.manual_seed(0)
+        pad = 9 if lens[-1] is None else 0
+        lens = [n for n in lens if n is not None]
+        packed = B == 1 and len(lens) > 1
+        T = (sum(lens) if packed else lens[0]) + pad
+        cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist()) if packed else None
+        ci = prepare_chunk_indices(cu, 64) if packed else None
+        dgc = torch.randn(B, T, HV, K)
+        g = (torch.randn(B, T, HV, K) * 10).clamp(-40, 40).to(gdt)
+        A_log = torch.randn(HV) * 0.5
+        dt_bias = torch.randn(HV * K) * 0.5
+        dg, dA, db = gate.gate_tail(dgc, g, A_log, dt_bias, lower_bound=lb, cu_seqlens=cu,
+                                    chunk_indices=ci)
+        dyg = chunk_local_cumsum(dgc, chunk_size=64, reverse=True, cu_seqlens=cu,
+                                 chunk_indices=ci)
+        if packed:
+            dyg[:, sum(lens):] = 0.0  # fla's cumsum leaves them unset
+        f_dg, f_dA, f_db = kda_gate_bwd(g=g, A_log=A_log, dt_bias=dt_bias, dyg=dyg,
+                                        lower_bound=lb)
+        o_dg, o_dA, o_db, cov = oracle(dgc, g, A_log, dt_bias, lb, cu, T)
+        res = {"dtypes": [str(dg.dtype), str(dA.dtype), str(db.dtype)],
+               "finite": bool(torch.isfinite(dg).all()),
+               "uncovered_zero": bool((dg[~cov] == 0).all()), "n_uncovered": int((~cov).sum())}
+        for nm, a, f, o in (("dg", dg, f_dg, o_dg), ("dA", dA, f_dA, o_dA), ("db", db, f_db, o_db)):
+            res[nm] = {"vs_fla": rel(a, f), "vs_oracle": rel(a, o), "fla_vs_oracle": rel(f, o)}
+        out[name] = res
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.mark.slow
+def test_gate_tail_matches_flas_two_kernels_and_the_oracle() -> None:
+    out = run_interpreted(SCRIPT)
+    assert len(out) == 7
+    for case, res in out.items():
+        gdt = "torch.bfloat16" if case == "bf16-gate" else "torch.float32"
+        assert res["dtypes"] == [gdt, "torch.float32", "torch.float32"], (case, res["dtypes"])
+        assert res["finite"] and res["uncovered_zero"], (case, res)
+        assert res["n_uncovered"] == (9 if case == "packed-short-of-t" else 0), case
+        for nm in ("dg", "dA", "db"):
+            errs = res[nm]
+            # the same formulas in fp32 as fla's, up to the order of the partial sums (and
+            # softplus's rounding); bf16 dg: both round the same fp32 value, up to one ulp
+            tol = 1e-3 if (nm == "dg" and gdt == "torch.bfloat16") else 1e-5
+            assert errs["vs_fla"] < tol, (case, nm, errs)
+            assert errs["vs_oracle"] <= max(2 * errs["fla_vs_oracle"], 1e-6), (case, nm, errs)
+
+
+def test_gate_tail_refuses_bad_shapes_before_any_launch() -> None:
+    import torch
+    from ladder.kernels.kda.ideas.i009 import gate
+
+    g = torch.zeros(1, 8, 2, 4)
+    a, b = torch.zeros(2), torch.zeros(8)
+    cu = torch.tensor([0, 8])
+    with pytest.raises(ValueError, match="same"):
+        gate.gate_tail(torch.zeros(1, 8, 2, 5), g, a, b)
+    with pytest.raises(ValueError, match="A_log must have 2"):
+        gate.gate_tail(g, g, torch.zeros(3), b)
+    with pytest.raises(ValueError, match="both cu_seqlens and chunk_indices"):
+        gate.gate_tail(g, g, a, b, cu_seqlens=cu)
+    with pytest.raises(ValueError, match="B == 1"):
+        gate.gate_tail(
+            torch.zeros(2, 8, 2, 4),
+            torch.zeros(2, 8, 2, 4),
+            a,
+            b,
+            cu_seqlens=cu,
+            chunk_indices=torch.zeros(1, 2, dtype=torch.long),
+        )
+    with pytest.raises(ValueError, match="above the 256"):
+        gate.gate_tail(
+            torch.zeros(1, 2, 1, 260), torch.zeros(1, 2, 1, 260), torch.zeros(1), torch.zeros(260)
+        )
