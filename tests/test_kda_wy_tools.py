@@ -114,7 +114,7 @@ def test_bench_parse_launch_maps_knobs() -> None:
     )
     assert kda_stage_bench.parse_launch("64,8,3", "dhu") == dict(BV=64, NUM_WARPS=8, NUM_STAGES=3)
     assert kda_stage_bench.parse_launch("32,4,1", "fwdho") == dict(BV=32, NUM_WARPS=4, NUM_STAGES=1)
-    assert kda_stage_bench.parse_launch("8", "gate") == dict(NUM_WARPS=8)
+    assert kda_stage_bench.parse_launch("64,8", "gate") == dict(BK=64, NUM_WARPS=8)
     # the knob globals the tool sets are the ones the ideas' modules read
     from ladder.kernels.kda.ideas.i005 import wy
     from ladder.kernels.kda.ideas.i006 import dhu
@@ -156,8 +156,8 @@ def test_bench_parse_launch_maps_knobs() -> None:
             ["008", "--stage", "gate"],
             "has no gate.py, the --stage gate module; ideas with one: 009",
         ),
-        (["009", "--stage", "gate", "--launch", "4,2"], "one positive ints"),
-        (["009", "--stage", "gate", "--launch", "6"], "warps 6 is not a power of two"),
+        (["009", "--stage", "gate", "--launch", "4"], "two positive ints"),
+        (["009", "--stage", "gate", "--launch", "32,6"], "warps 6 is not a power of two"),
         (["005", "--T", "100"], "not a multiple of 64"),
         (["005", "--HV", "24"], "not a multiple of H"),
         (["005", "--launch", "64,64"], "four or five"),

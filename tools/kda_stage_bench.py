@@ -6,7 +6,7 @@
         --out out/kda-dhu-bench.json
     python tools/kda_stage_bench.py 008 --stage fwdho --launch 64,4,1 --launch 32,4,2 \
         --out out/kda-fwdho-bench.json
-    python tools/kda_stage_bench.py 009 --stage gate --launch 4 --launch 8 \
+    python tools/kda_stage_bench.py 009 --stage gate --launch 32,2 --launch 64,4 \
         --out out/kda-gate-bench.json
 
 A whole-op bench re-runs fla's autotuned chain for every launch tried; this tool times one
@@ -27,7 +27,7 @@ T8192 H16 K128 V256, dense):
 - `--stage gate`: the backward's reverse chunk-local cumsum of dg and the gate's backward
   (softplus form). fla's two calls, ``chunk_local_cumsum(reverse=True)`` then
   ``kda_gate_bwd``, against each idea's one-pass ``gate.gate_tail`` (kda/009) at each
-  launch: warps.
+  launch: BK, warps.
 
 fla's function is autotuned at that size in this process on its first call. The launch is
 set through the idea module's knob globals for the call (the same values its knobs give at
@@ -69,11 +69,11 @@ KNOBS = {
     "wy": ("BK", "BV", "NUM_WARPS", "NUM_STAGES", "MAXNREG"),
     "dhu": ("BV", "NUM_WARPS", "NUM_STAGES"),
     "fwdho": ("BV", "NUM_WARPS", "NUM_STAGES"),
-    "gate": ("NUM_WARPS",),
+    "gate": ("BK", "NUM_WARPS"),
 }
 MODULES = {"wy": "wy", "dhu": "dhu", "fwdho": "fwd", "gate": "gate"}
 FORMS = {"wy": "BK,BV,warps,stages[,maxnreg]", "dhu": "BV,warps,stages",
-         "fwdho": "BV,warps,stages", "gate": "warps"}  # fmt: skip
+         "fwdho": "BV,warps,stages", "gate": "BK,warps"}  # fmt: skip
 
 
 def launch_values(launch: dict[str, int], current: dict[str, int]) -> dict[str, int]:
@@ -88,18 +88,18 @@ def launch_values(launch: dict[str, int], current: dict[str, int]) -> dict[str, 
 def parse_launch(spec: str, stage: str = "wy") -> dict[str, int]:
     """The stage's knob globals from a launch string: wy "BK,BV,warps,stages[,maxnreg]" ->
     {"BK", "BV", "NUM_WARPS", "NUM_STAGES"[, "MAXNREG"]}; dhu and fwdho "BV,warps,stages" ->
-    {"BV", "NUM_WARPS", "NUM_STAGES"}; gate "warps" -> {"NUM_WARPS"}. ValueError naming what
+    {"BV", "NUM_WARPS", "NUM_STAGES"}; gate "BK,warps" -> {"BK", "NUM_WARPS"}. ValueError naming what
     is wrong."""
     form = FORMS[stage]
-    counts = {"wy": (4, 5), "gate": (1,)}.get(stage, (3,))
+    counts = {"wy": (4, 5), "gate": (2,)}.get(stage, (3,))
     try:
         parts = [int(p) for p in spec.split(",")]
     except ValueError:
         raise ValueError(f"--launch {spec!r}: integers {form}") from None
     if len(parts) not in counts or min(parts) < 1:
-        what = {"wy": "four or five", "gate": "one"}.get(stage, "three")
+        what = {"wy": "four or five", "gate": "two"}.get(stage, "three")
         raise ValueError(f"--launch {spec!r}: {what} positive ints, {form}")
-    names = {"wy": ("BK", "BV", "warps"), "gate": ("warps",)}.get(stage, ("BV", "warps"))
+    names = {"wy": ("BK", "BV", "warps"), "gate": ("BK", "warps")}.get(stage, ("BV", "warps"))
     for name, n in zip(names, parts):
         if n & (n - 1):
             raise ValueError(f"--launch {spec!r}: {name} {n} is not a power of two")
@@ -254,7 +254,7 @@ def main(
     ),
     launch: list[str] = typer.Option(
         None,
-        help="wy: BK,BV,warps,stages[,maxnreg]; dhu, fwdho: BV,warps,stages; gate: warps "
+        help="wy: BK,BV,warps,stages[,maxnreg]; dhu, fwdho: BV,warps,stages; gate: BK,warps "
         "(repeatable)",
     ),
     out: Path = typer.Option(Path("out/kda-stage-bench.json"), help="the JSON report"),

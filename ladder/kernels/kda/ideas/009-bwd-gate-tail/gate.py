@@ -8,8 +8,9 @@ fla 0.6.0 runs two kernels there, each at the copy rate (000-fla's profile, H200
 gate's gradient in the input's dtype, plus per-32-row partial sums of dA_log and ddt_bias
 (0.59 ms). The fp32 intermediate costs a write and a read of 1.07 GB each at prod.
 
-Here one program takes one chunk of one value head, all of K, and does both, so only dg
-(fp32, in), the raw gate (in) and its gradient (out) move: 2.15 GB at prod instead of 4.3.
+Here one program takes one chunk of one value head and a BK-wide block of K, and does both,
+so only dg (fp32, in), the raw gate (in) and its gradient (out) move: 2.15 GB at prod
+instead of 4.3.
 Per element, with the gate's two forms as fla's (A = A_log, x = g_in + dt_bias):
 
     dyg = reverse cumsum of dg over the chunk's rows        (fp32, ``tl.cumsum``, as fla's)
@@ -17,15 +18,17 @@ Per element, with the gate's two forms as fla's (A = A_log, x = g_in + dt_bias):
     lower-bound form: dx = lb e^A s (1 - s) dyg with s = sigmoid(e^A x),   dA += sum dx x
     ddt_bias += sum dx
 
-Partial sums are per chunk (fla's: per 32 rows) and added up by torch afterwards, so dA_log
-and ddt_bias differ from fla's by the order of fp32 additions only. softplus is
+Partial sums are per chunk and K block (fla's: per 32 rows) and added up by torch
+afterwards, so dA_log and ddt_bias differ from fla's by the order of fp32 additions only. softplus is
 x for x > 20, else log(1 + e^x) (fla's formula; its PTX uses approximate ex2/lg2 on NVIDIA).
 
 A packed batch's rows past its last sequence (if cu_seqlens[-1] < T) belong to no chunk:
 fla's cumsum leaves them uninitialised and its gate backward then reads them; here the
 last chunk's program writes them 0 and they add nothing to the sums.
 
-Env knob: KDA_GATE_TAIL_WARPS (warps per program).
+Env knobs: KDA_GATE_TAIL_BK (the K block, a power of two of at least 16), KDA_GATE_TAIL_WARPS
+(warps per program). The first version held all of K (128 at prod) in one program with 4
+warps: 2.03 ms at prod against fla's pair's 1.21 (NOTES.md).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import torch
 import triton
 import triton.language as tl
 
+BK = int(os.environ.get("KDA_GATE_TAIL_BK", "32"))
 NUM_WARPS = int(os.environ.get("KDA_GATE_TAIL_WARPS", "4"))
 
 __all__ = ["gate_tail"]
@@ -53,10 +57,11 @@ def kda_gate_tail_bwd_kernel(
     USE_LOWER_BOUND: tl.constexpr, IS_VARLEN: tl.constexpr,
 ):  # fmt: skip
     """One program: chunk i_c (of a batch row, or of chunk_indices' list), value head i_hv,
-    all of K. dgc: the per-key dg of the gate cumsum, fp32 [B, T, HV, K]; g, dg: [B, T, HV,
-    K] in the gate input's dtype; dA: [NC, HV] and dbias: [NC, HV, K] fp32 partial sums, one
-    row per program's chunk (NC = B * NT, or NT when packed)."""
+    K block i_k. dgc: the per-key dg of the gate cumsum, fp32 [B, T, HV, K]; g, dg: [B, T,
+    HV, K] in the gate input's dtype; dA: [NC, HV, NK] and dbias: [NC, HV, K] fp32 partial
+    sums, one row per program's chunk (NC = B * NT, or NT when packed)."""
     i_c, i_bh = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    i_k = tl.program_id(2).to(tl.int64)
     i_b, i_hv = i_bh // HV, i_bh % HV
     if IS_VARLEN:
         i_n = tl.load(chunk_indices + i_c * 2).to(tl.int64)
@@ -72,7 +77,7 @@ def kda_gate_tail_bwd_kernel(
 
     o_t = i_t * BT + tl.arange(0, BT)
     m_t = o_t < T
-    o_k = tl.arange(0, BK)
+    o_k = i_k * BK + tl.arange(0, BK)
     m_k = o_k < K
     m = m_t[:, None] & m_k[None, :]
     offs = (bos + o_t)[:, None] * (HV * K) + i_hv * K + o_k[None, :]
@@ -92,7 +97,7 @@ def kda_gate_tail_bwd_kernel(
         b_dA = tl.sum(tl.sum(tl.where(m, b_dyg * (b_a * _softplus(b_x)), 0.0), 1), 0)
     b_dx = tl.where(m, b_dx, 0.0)
     tl.store(dg + offs, b_dx.to(dg.dtype.element_ty), mask=m)
-    tl.store(dA + i_p * HV + i_hv, b_dA)
+    tl.store(dA + (i_p * HV + i_hv) * tl.num_programs(2) + i_k, b_dA)
     tl.store(dbias + (i_p * HV + i_hv) * K + o_k, tl.sum(b_dx, 0), mask=m_k)
 
     if IS_VARLEN:
@@ -116,16 +121,17 @@ def gate_tail(dgc, g, A_log, dt_bias, lower_bound=None, cu_seqlens=None, chunk_i
     negative float or None (the softplus form); cu_seqlens: [N + 1] int and chunk_indices:
     [NT, 2] int (fla's ``prepare_chunk_indices``) for a packed batch (B == 1), or both None.
     Returns dg like g, dA_log like A_log, ddt_bias like dt_bias. Raises ValueError for shapes
-    other than these, a packed batch without chunk_indices or with B != 1, or K above 256.
+    other than these, a packed batch without chunk_indices or with B != 1, or a
+    KDA_GATE_TAIL_BK below 16 or not a power of two.
     """
     if dgc.dim() != 4 or tuple(g.shape) != tuple(dgc.shape):
         raise ValueError(f"dgc and g must be the same [B, T, HV, K], got {list(dgc.shape)} "
                          f"and {list(g.shape)}")  # fmt: skip
     B, T, HV, K = g.shape
-    if K > 256:
-        raise ValueError(f"K {K} is above the 256 one program holds")
     if A_log is None or dt_bias is None or A_log.numel() != HV or dt_bias.numel() != HV * K:
         raise ValueError(f"A_log must have {HV} values and dt_bias {HV * K} (HV {HV}, K {K})")
+    if BK < 16 or BK & (BK - 1):
+        raise ValueError(f"KDA_GATE_TAIL_BK {BK} must be a power of two of at least 16")
     if (cu_seqlens is None) != (chunk_indices is None):
         raise ValueError("a packed batch needs both cu_seqlens and chunk_indices")
     if cu_seqlens is not None and B != 1:
@@ -134,15 +140,17 @@ def gate_tail(dgc, g, A_log, dt_bias, lower_bound=None, cu_seqlens=None, chunk_i
     NT = triton.cdiv(T, chunk_size) if cu_seqlens is None else chunk_indices.shape[0]
     NC = B * NT if cu_seqlens is None else NT
     dg = torch.empty_like(g)
-    dA = g.new_empty(NC, HV, dtype=torch.float32)
+    bk = min(BK, triton.next_power_of_2(K))
+    NK = triton.cdiv(K, bk)
+    dA = g.new_empty(NC, HV, NK, dtype=torch.float32)
     dbias = g.new_empty(NC, HV * K, dtype=torch.float32)
     if NC:
-        kda_gate_tail_bwd_kernel[(NT, B * HV)](
+        kda_gate_tail_bwd_kernel[(NT, B * HV, NK)](
             dgc, g, A_log.contiguous(), dt_bias.contiguous(), dg, dA, dbias,
             cu_seqlens, chunk_indices, lower_bound, T, T, NT, HV=HV, K=K, BT=chunk_size,
-            BK=triton.next_power_of_2(K), USE_LOWER_BOUND=lower_bound is not None,
+            BK=bk, USE_LOWER_BOUND=lower_bound is not None,
             IS_VARLEN=cu_seqlens is not None, num_warps=NUM_WARPS,
         )  # fmt: skip
     else:
         dg.zero_()
-    return dg, dA.sum(0).view_as(A_log).type_as(A_log), dbias.sum(0).to(dt_bias)
+    return dg, dA.sum((0, 2)).view_as(A_log).type_as(A_log), dbias.sum(0).to(dt_bias)
