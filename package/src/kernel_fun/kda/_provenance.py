@@ -3,11 +3,11 @@
 """Where kernel_fun.kda._kernels came from. Literals only: tools/drift.py reads them
 with ast.literal_eval and never imports this module."""
 
-SOURCE_COMMIT = "9e616060e2bcbdd8276860830c94cd744689d806"
+SOURCE_COMMIT = "3d5481fc993ef88a0d5798bbb1af3f4bf996dbe9"
 RECORD = {
-    "idea": "008-fwd-state-out",
-    "record_id": "20261201T223626Z-16c84f64",
-    "sha256": "13e37337e992795e07ef799503864a1c0a3f6347ced4439c9b6ff088518eebdb",
+    "idea": "009-bwd-gate-tail",
+    "record_id": "20261202T020457Z-da4b2fd8",
+    "sha256": "880df895bc24f4517b22f3b2f27c9d8824308950b20d34458b18708ba0e341d3",
 }
 KNOBS = {
     "KDA_DHU_BV": 64,
@@ -16,6 +16,8 @@ KNOBS = {
     "KDA_FWDHO_BV": 64,
     "KDA_FWDHO_STAGES": 2,
     "KDA_FWDHO_WARPS": 4,
+    "KDA_GATE_TAIL_BK": 32,
+    "KDA_GATE_TAIL_WARPS": 4,
     "KDA_INTRA_BK": 32,
     "KDA_INTRA_STAGES": 2,
     "KDA_INTRA_WARPS": 2,
@@ -33,16 +35,20 @@ SOURCE_FILES = {
     "ladder/kernels/kda/ideas/007-wy-lean-dhu-wide/kernel.py": "2abd18119bc830e6224331148046e4c0932b170e7a40cd4bc9206247c21e22ac",
     "ladder/kernels/kda/ideas/008-fwd-state-out/fwd.py": "3e3e9d584f4a123538db2f4fecc3b54f61d5e423e5472b9946dd5d925b53b7a0",
     "ladder/kernels/kda/ideas/008-fwd-state-out/kernel.py": "14e7f64291e9f96347a9727ffb3de973a8c9ed7b886b37b2bbf829ab9dfc0b3b",
+    "ladder/kernels/kda/ideas/009-bwd-gate-tail/gate.py": "762aebe07bad354cc6697c2e427b97d342d3e7434fb7da99dc839c439e9dcb3b",
+    "ladder/kernels/kda/ideas/009-bwd-gate-tail/kernel.py": "d0358fc462f045268708340de521959bb86f6d5283559bb65735c51881cf54de",
 }
 OUTPUT_FILES = {
-    "package/src/kernel_fun/kda/_kernels/__init__.py": "4ed9bec4bad663399214a059d8747a1a157af5e6b62d1d5f9bc5bcc282ddd9a8",
-    "package/src/kernel_fun/kda/_kernels/chain7.py": "a759522f9458237b97035212c626599d60af7cb34ac757749d033dd726254b3b",
-    "package/src/kernel_fun/kda/_kernels/chain8.py": "df8a247b1a544799ced6eb7ab45edfa75ebe611d6f3f72bfcd0722ef410df52c",
-    "package/src/kernel_fun/kda/_kernels/chain_stages5.py": "6292d24ee12744a3a9db2bf9b42b388a694299667b6a8f91d609e32644787aab",
-    "package/src/kernel_fun/kda/_kernels/dhu6.py": "11b155982964d32267c7fc9cfc06ba8d59ad4d8381bb4e19dc4b688c5f612bee",
-    "package/src/kernel_fun/kda/_kernels/fwd8.py": "3f89a9f4bbb38ab364fb65ca9aa7ca511c280441e9c73dd1b7d033778c1f6c86",
-    "package/src/kernel_fun/kda/_kernels/intra3.py": "8594ea635c7f06c039cfe8579ff43c118b827f6a4c82f2ed0ff946b2cabab15e",
-    "package/src/kernel_fun/kda/_kernels/wy5.py": "14d8077430545d2e09fb524ac226909e86abca0e3149e35d245f5a2ce3cec4a1",
+    "package/src/kernel_fun/kda/_kernels/__init__.py": "a83b31a9e159da1442a293ed8870ff74b374303a9c0bc91e53af5b129ee65f6b",
+    "package/src/kernel_fun/kda/_kernels/chain7.py": "12c0f7c6e0246ca80b10304cac3642a839e993e54b46e2895147942f2a6837d8",
+    "package/src/kernel_fun/kda/_kernels/chain8.py": "197dbca56d472b1d62fba977feb9d8878f03a9aea5a76b36a19b4b409e86d4ce",
+    "package/src/kernel_fun/kda/_kernels/chain9.py": "3f10dd88a98c802162740b2196a9926239dcd26c9fba14ae6f1afb95cbb31583",
+    "package/src/kernel_fun/kda/_kernels/chain_stages5.py": "546bd8e51bcd08e3973d5d57e865415d6aa4d0ebc09d24ce0ff23c576eddf87b",
+    "package/src/kernel_fun/kda/_kernels/dhu6.py": "e214409f0f69622c0a4e1f5f5553772a0f5496d0887a639dee42349dacf8e13e",
+    "package/src/kernel_fun/kda/_kernels/fwd8.py": "048771c760e075a8322a0679505173f168b7ea98346d7c03987d68317d4e3e78",
+    "package/src/kernel_fun/kda/_kernels/gate9.py": "85a03b1a14bc8385512e15ad3ea09fca251b1b51c2315128da3622140390bfa0",
+    "package/src/kernel_fun/kda/_kernels/intra3.py": "fc550372101500ef2026521099aa583fcc5c478362d5fafde02fa8abb3029829",
+    "package/src/kernel_fun/kda/_kernels/wy5.py": "34e399d565360518bcb9936efcf8127e004a2dbe5867023c4c930a554c953311",
 }
 VENDOR = {
     "libcst": "1.9.0",

@@ -14,18 +14,19 @@ under `torch.cuda.device(q.device)`, so a call on tensors of a device that is no
 current one works.
 
 Autotuning and warmup. The promoted chain's own kernels run at fixed launches, untuned: the
-forward's fused state pass and output, the backward's fused WY stage and intra-chunk stage,
-and fla's state-gradient kernel launched directly (K <= 128). Every other stage is fla's
+forward's fused state pass and output, the backward's fused WY stage, intra-chunk stage and
+gate tail (the reverse cumsum of dg with the gate's backward), and fla's state-gradient
+kernel launched directly (K <= 128). Every other stage is fla's
 (listed in `_common.compat.FLA_SYMBOLS`), so what makes a call autotune is fla's autotune
 keys. Read from fla 0.6.0 (`key=[...]` of every autotuned kernel those stages launch):
 
   * no kernel keys on T itself. chunk_delta_h (fwd_h: the backward's recompute of the
     states, and the forward for K > 128; bwd_dhu for K > 128), kda/chunk_intra (the
     forward's), kda/chunk_intra_token_parallel, kda/wy_fast, kda/chunk_bwd (dAv), kda/gate
-    (kda_gate_fwd/bwd, kda_gate_chunk_cumsum) and gla/chunk (chunk_gla_fwd_o_gk, K > 128)
-    key on head counts, head sizes, block sizes, STATE_V_FIRST and IS_VARLEN only;
-  * utils/cumsum's chunk_local_cumsum keys on B (the batch size) and IS_VARLEN, so every
-    batch size, and the packed (varlen) layout, tunes once;
+    (kda_gate_chunk_cumsum) and gla/chunk (chunk_gla_fwd_o_gk, K > 128) key on head counts,
+    head sizes, block sizes, STATE_V_FIRST and IS_VARLEN only;
+  * utils/cumsum's chunk_local_cumsum, which keys on B (the batch size), no longer runs:
+    the gate tail took its place in the backward;
   * modules/norm/l2norm's l2norm_fwd_kernel / l2norm_bwd_kernel key on
     NB = ceil(rows / 65536) with rows = B * T * H (the q and k rows normalised): the one
     length-dependent key. It grows linearly, one bucket per 65536 rows.
