@@ -1185,17 +1185,22 @@ def test_ruff_missing_is_a_clear_error(monkeypatch):
 # the real repository
 # ------------------------------------------------------------------------------------------
 
+# every family of this checkout (a folder under ladder/kernels with a family.py): the tests
+# skip those not vendored yet
+REAL_FAMILIES = sorted(p.parent.name for p in (vl.TOOL_ROOT / "ladder/kernels").glob("*/family.py"))
 
-def test_real_repository_package_is_what_the_vendor_makes():
+
+@pytest.mark.parametrize("family", REAL_FAMILIES)
+def test_real_repository_package_is_what_the_vendor_makes(family: str):
     skip_in_a_shallow_clone()
     repo = vl.TOOL_ROOT
-    prov_path = repo / "package/src/kernel_fun/cconv/_provenance.py"
+    prov_path = repo / f"package/src/kernel_fun/{family}/_provenance.py"
     if not prov_path.is_file():
-        pytest.skip("cconv is not vendored in this checkout yet (no _provenance.py)")
+        pytest.skip(f"{family} is not vendored in this checkout yet (no _provenance.py)")
     prov = vl.parse_provenance(prov_path.read_bytes(), "_provenance.py")
     commit = prov["SOURCE_COMMIT"]
-    spec_then = vl.load_family_spec(repo, commit, "cconv")
-    spec = vl.load_family_spec(repo, "HEAD", "cconv")
+    spec_then = vl.load_family_spec(repo, commit, family)
+    spec = vl.load_family_spec(repo, "HEAD", family)
     result = vl.build(repo, spec_then, commit, prov["RECORD"]["idea"], prov["RECORD"]["record_id"])
     on_disk = vl.current_outputs(repo, spec)
     for path, data in result.outputs.items():
@@ -1206,32 +1211,36 @@ def test_real_repository_package_is_what_the_vendor_makes():
     }
 
 
-def test_real_repository_vendor_at_head_changes_nothing():
-    """`make vendor FAMILY=cconv` on a clean checkout is a no-op: the committed package is
-    what the vendor makes from HEAD (pinned to the last commit that changed an input)."""
+@pytest.mark.parametrize("family", REAL_FAMILIES)
+def test_real_repository_vendor_at_head_changes_nothing(family: str):
+    """`make vendor FAMILY=<family>` on a clean checkout is a no-op for every vendored family:
+    the committed package is what the vendor makes from HEAD from the board's winner (pinned
+    to the last commit that changed an input). A new winning record, or a change to the
+    winner's code, fails here until the family is re-vendored."""
     skip_in_a_shallow_clone()
     repo = vl.TOOL_ROOT
-    if not (repo / "package/src/kernel_fun/cconv/_provenance.py").is_file():
-        pytest.skip("cconv is not vendored in this checkout yet (no _provenance.py)")
+    if not (repo / f"package/src/kernel_fun/{family}/_provenance.py").is_file():
+        pytest.skip(f"{family} is not vendored in this checkout yet (no _provenance.py)")
     if subprocess.run(
         ["git", "-C", str(repo), "status", "--porcelain", "--", "tools", "ladder", "package"],
         capture_output=True,
         text=True,
     ).stdout.strip():
         pytest.skip("this checkout has uncommitted changes under tools/, ladder/ or package/")
-    res = invoke(vendor.app, ["cconv", "--repo", str(repo), "--dry-run"])
+    res = invoke(vendor.app, [family, "--repo", str(repo), "--dry-run"])
     assert res.code == 0, res.stderr
     assert "no changes: the package already is this vendor output" in res.stdout, res.stdout
 
 
-def test_real_repository_vendor_at_the_source_commit_changes_nothing():
+@pytest.mark.parametrize("family", REAL_FAMILIES)
+def test_real_repository_vendor_at_the_source_commit_changes_nothing(family: str):
     skip_in_a_shallow_clone()
     repo = vl.TOOL_ROOT
-    prov_path = repo / "package/src/kernel_fun/cconv/_provenance.py"
+    prov_path = repo / f"package/src/kernel_fun/{family}/_provenance.py"
     if not prov_path.is_file():
-        pytest.skip("cconv is not vendored in this checkout yet (no _provenance.py)")
+        pytest.skip(f"{family} is not vendored in this checkout yet (no _provenance.py)")
     prov = vl.parse_provenance(prov_path.read_bytes(), "_provenance.py")
-    args = ["cconv", "--repo", str(repo), "--dry-run", "--commit", prov["SOURCE_COMMIT"]]
+    args = [family, "--repo", str(repo), "--dry-run", "--commit", prov["SOURCE_COMMIT"]]
     res = invoke(vendor.app, [*args, "--record", prov["RECORD"]["record_id"]])
     if res.code == 2 and "uncommitted changes" in res.stderr:
         pytest.skip(f"this checkout has uncommitted changes the vendor reads: {res.stderr}")
@@ -1246,7 +1255,7 @@ def test_real_repository_vendor_at_the_source_commit_changes_nothing():
     ]
     assert changed
     headers = [ln for ln in res.stdout.splitlines() if ln.startswith("+++ ")]
-    assert headers == ["+++ b/package/src/kernel_fun/cconv/_provenance.py"], headers
+    assert headers == [f"+++ b/package/src/kernel_fun/{family}/_provenance.py"], headers
     assert all(any(k in ln for k in ('"tool_sha256"', '"libcst"', '"ruff"')) for ln in changed)
 
 
