@@ -417,7 +417,8 @@ FLA_SYMBOLS: tuple[FlaSymbol, ...] = (
         name="chunk_local_cumsum",
         modules=("fla.ops.utils.cumsum", "fla.ops.utils"),
         keywords=("chunk_size", "reverse", "cu_seqlens", "chunk_indices"),
-        used_by="the kda chain's backward (reverse cumulative sum of dg)",
+        used_by="the vendored kda/005 chain's backward (reverse cumulative sum of dg; the "
+        "promoted chain's own gate tail runs in its place)",
         family="kda",
     ),
     FlaSymbol(
@@ -425,7 +426,8 @@ FLA_SYMBOLS: tuple[FlaSymbol, ...] = (
         name="kda_gate_bwd",
         modules=("fla.ops.kda.gate",),
         keywords=("g", "A_log", "dt_bias", "dyg", "lower_bound"),
-        used_by="the kda chain's backward (dg, dA_log, ddt_bias through the gate)",
+        used_by="the vendored kda/005 chain's backward (dg, dA_log, ddt_bias through the "
+        "gate; the promoted chain's own gate tail runs in its place)",
         family="kda",
     ),
     FlaSymbol(
