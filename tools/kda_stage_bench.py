@@ -88,8 +88,8 @@ def launch_values(launch: dict[str, int], current: dict[str, int]) -> dict[str, 
 def parse_launch(spec: str, stage: str = "wy") -> dict[str, int]:
     """The stage's knob globals from a launch string: wy "BK,BV,warps,stages[,maxnreg]" ->
     {"BK", "BV", "NUM_WARPS", "NUM_STAGES"[, "MAXNREG"]}; dhu and fwdho "BV,warps,stages" ->
-    {"BV", "NUM_WARPS", "NUM_STAGES"}; gate "BK,warps" -> {"BK", "NUM_WARPS"}. ValueError naming what
-    is wrong."""
+    {"BV", "NUM_WARPS", "NUM_STAGES"}; gate "BK,warps" -> {"BK", "NUM_WARPS"}. ValueError
+    naming what is wrong."""
     form = FORMS[stage]
     counts = {"wy": (4, 5), "gate": (2,)}.get(stage, (3,))
     try:
