@@ -154,3 +154,63 @@ def test_gate_tail_refuses_bad_shapes_before_any_launch() -> None:
             gate.gate_tail(g, g, a, b)
     finally:
         gate.BK = 32
+
+
+CHAIN_NAN_SCRIPT = textwrap.dedent(
+    r"""
+    import importlib, json
+    import numpy as np
+    import torch
+    import triton.runtime.interpreter as interp
+
+    # compiled Triton's tl.minimum without propagate_nan returns the other operand for a NaN
+    # (PTX min.f32); the interpreter's np.minimum keeps the NaN. Take the compiled semantics.
+    interp.InterpreterBuilder.create_minnumf = lambda self, a, b: self.binary_op(a, b, np.fmin)
+    import ladder  # the idea import finder
+    import fla.ops.kda  # noqa: F401
+    from tests.interpreted import fla_on_the_interpreter
+
+    fla_on_the_interpreter()
+
+    class _NoDevice:
+        def __init__(self, *args):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    torch.cuda.device = _NoDevice
+    torch.manual_seed(0)
+    B, T, H, HV, K, V = 1, 130, 1, 1, 32, 32
+    q, k = torch.randn(B, T, H, K), torch.randn(B, T, H, K)
+    v, do = torch.randn(B, T, HV, V), torch.randn(B, T, HV, V)
+    g = torch.randn(B, T, HV, K)
+    g[0, 70, 0, 3] = float("nan")  # one NaN in the raw gate input, mid-chunk
+    beta, A_log, dt_bias = torch.randn(B, T, HV), torch.randn(HV) * 0.5, torch.randn(HV * K) * 0.5
+    names = ["o", "dq", "dk", "dv", "dg", "dbeta", "dA_log", "ddt_bias"]
+    out = {}
+    for idea in ("000", "009"):
+        m = importlib.import_module(f"ladder.kernels.kda.ideas.i{idea}.kernel")
+        o, _, ctx = m.kda_fwd(q, k, v, g, beta, A_log, dt_bias, K ** -0.5, None, False, None,
+                              None, False, False)
+        dq, dk, dv, dg, db, dA, dbias, _ = m.kda_bwd(ctx, do, None)
+        out[idea] = {n: torch.isnan(t).flatten().tolist()
+                     for n, t in zip(names, (o, dq, dk, dv, dg, db, dA, dbias))}
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_nan_in_the_raw_gate_gives_flas_nan_pattern_through_the_chain() -> None:
+    """Called alone, gate_tail's softplus turns a NaN gate input into a finite value (compiled
+    tl.minimum drops the NaN), so a NaN x with a finite dgc adds a finite term to dA_log where
+    fla's gives NaN (NOTES.md). Through the chain a NaN in the gate input always reaches dgc
+    too, so every output's NaN pattern is fla's: this checks that, element by element."""
+    out = run_interpreted(CHAIN_NAN_SCRIPT)
+    for name, mask in out["000"].items():
+        assert any(mask), (name, "fla's output should carry the NaN")
+        assert out["009"][name] == mask, name
