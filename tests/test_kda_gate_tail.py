@@ -1,6 +1,6 @@
-"""kda idea 009's one-pass gate tail (`gate.gate_tail`) against the two fla 0.6.0 kernels it
-replaces (`chunk_local_cumsum(..., reverse=True)`, then `kda_gate_bwd`), on Triton's CPU
-interpreter, and against a float64 evaluation of the same formulas.
+"""kda ideas 009's and 010's one-pass gate tails (`gate.gate_tail`) against the two fla 0.6.0
+kernels they replace (`chunk_local_cumsum(..., reverse=True)`, then `kda_gate_bwd`), on
+Triton's CPU interpreter, and against a float64 evaluation of the same formulas.
 
 Cases: T not a multiple of the chunk, K not a power of two, two value heads, both gate forms
 (softplus and lower bound), the raw gate in fp32 and bf16, packed sequences of 1 to 70
@@ -8,6 +8,8 @@ tokens, and a packed batch whose sequences end before T (those rows: 0 here; fla
 to whatever its cumsum's uninitialised buffer held, so they are left out of the comparison
 with fla and of its sums). Raw gates reach +-40 (softplus's linear branch and sigmoid's
 saturation). Outputs allocated uninitialised start as NaN, so a row no kernel writes shows.
+010 also takes strided cu_seqlens / chunk_indices and keeps a NaN gate input NaN in dA_log
+(009's faults when called on its own, its NOTES.md).
 
 Runs in a subprocess (`tests.interpreted.run_interpreted`).
 """
@@ -22,7 +24,7 @@ from tests.interpreted import run_interpreted
 
 SCRIPT = textwrap.dedent(
     r"""
-    import json
+    import importlib, json, sys
     import torch
     import ladder  # the idea import finder
     import fla.ops.kda.gate, fla.ops.utils.cumsum  # noqa: F401 (adjusted below)
@@ -34,7 +36,7 @@ SCRIPT = textwrap.dedent(
     from fla.ops.kda.gate import kda_gate_bwd
     from fla.ops.utils import chunk_local_cumsum
     from fla.ops.utils.index import prepare_chunk_indices
-    from ladder.kernels.kda.ideas.i009 import gate
+    gate = importlib.import_module(f"ladder.kernels.kda.ideas.i{sys.argv[1]}.gate")
 
     def oracle(dgc, g, A_log, dt_bias, lb, cu, T):
         # float64: reverse cumsum within each 64-row chunk of each sequence, then the gate
@@ -109,8 +111,9 @@ SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_gate_tail_matches_flas_two_kernels_and_the_oracle() -> None:
-    out = run_interpreted(SCRIPT)
+@pytest.mark.parametrize("idea", ["009", "010"])
+def test_gate_tail_matches_flas_two_kernels_and_the_oracle(idea: str) -> None:
+    out = run_interpreted(SCRIPT, idea)
     assert len(out) == 7
     for case, res in out.items():
         gdt = "torch.bfloat16" if case == "bf16-gate" else "torch.float32"
@@ -126,9 +129,13 @@ def test_gate_tail_matches_flas_two_kernels_and_the_oracle() -> None:
             assert errs["vs_oracle"] <= max(2 * errs["fla_vs_oracle"], 1e-6), (case, nm, errs)
 
 
-def test_gate_tail_refuses_bad_shapes_before_any_launch() -> None:
+@pytest.mark.parametrize("idea", ["009", "010"])
+def test_gate_tail_refuses_bad_shapes_before_any_launch(idea: str) -> None:
+    import importlib
+
     import torch
-    from ladder.kernels.kda.ideas.i009 import gate
+
+    gate = importlib.import_module(f"ladder.kernels.kda.ideas.i{idea}.gate")
 
     g = torch.zeros(1, 8, 2, 4)
     a, b = torch.zeros(2), torch.zeros(8)
@@ -154,6 +161,86 @@ def test_gate_tail_refuses_bad_shapes_before_any_launch() -> None:
             gate.gate_tail(g, g, a, b)
     finally:
         gate.BK = 32
+
+
+def test_010_refuses_the_index_shapes_009_let_through() -> None:
+    import torch
+    from ladder.kernels.kda.ideas.i010 import gate
+
+    g = torch.zeros(1, 70, 2, 8)
+    a, b = torch.zeros(2), torch.zeros(16)
+    cu = torch.tensor([0, 30, 70])
+    ci = torch.tensor([[0, 0], [1, 0]])
+    with pytest.raises(ValueError, match=r"chunk_indices \[NT, 2\], got \[2\] and \[2, 3\]"):
+        gate.gate_tail(g, g, a, b, cu_seqlens=cu[:2], chunk_indices=torch.zeros(2, 3).long())
+    with pytest.raises(ValueError, match="cu_seqlens must be"):
+        gate.gate_tail(g, g, a, b, cu_seqlens=cu, chunk_indices=ci.flatten())
+    with pytest.raises(ValueError, match="cu_seqlens must be"):
+        gate.gate_tail(g, g, a, b, cu_seqlens=cu[None], chunk_indices=ci)
+    with pytest.raises(ValueError, match="chunk_size 48 must be a power of two"):
+        gate.gate_tail(g, g, a, b, chunk_size=48)
+
+
+FIXES_SCRIPT = textwrap.dedent(
+    r"""
+    import json
+    import numpy as np
+    import torch
+    import triton.runtime.interpreter as interp
+
+    # compiled Triton's tl.minimum without propagate_nan drops a NaN (test below)
+    interp.InterpreterBuilder.create_minnumf = lambda self, a, b: self.binary_op(a, b, np.fmin)
+    import ladder  # the idea import finder
+    import fla.ops.kda.gate, fla.ops.utils.cumsum  # noqa: F401 (adjusted below)
+    from tests.interpreted import fla_on_the_interpreter
+
+    fla_on_the_interpreter()
+    from fla.ops.kda.gate import kda_gate_bwd
+    from fla.ops.utils import chunk_local_cumsum
+    from fla.ops.utils.index import prepare_chunk_indices
+    from ladder.kernels.kda.ideas.i010 import gate
+
+    torch.manual_seed(0)
+    cu = torch.tensor([0, 3, 68, 69, 109, 209])
+    T, HV, K = 209, 2, 24
+    ci = prepare_chunk_indices(cu, 64)
+    d, g = torch.randn(1, T, HV, K), torch.randn(1, T, HV, K) * 5
+    A, b = torch.randn(HV) * 0.5, torch.randn(HV * K) * 0.5
+    ref = kda_gate_bwd(g=g, A_log=A, dt_bias=b,
+                       dyg=chunk_local_cumsum(d, 64, reverse=True, cu_seqlens=cu, chunk_indices=ci))
+    plain = gate.gate_tail(d, g, A, b, cu_seqlens=cu, chunk_indices=ci)
+    views = gate.gate_tail(d, g, A, b, cu_seqlens=torch.stack([cu, cu], 1)[:, 0],
+                           chunk_indices=ci.t().contiguous().t())
+    out = {
+        "views_strided": [not torch.stack([cu, cu], 1)[:, 0].is_contiguous(),
+                          not ci.t().contiguous().t().is_contiguous()],
+        "views_equal": [bool(torch.equal(x, y)) for x, y in zip(plain, views)],
+        "vs_fla": [float((x - r).norm() / r.norm()) for x, r in zip(views, ref)],
+    }
+    g2 = g[:, :64].clone()
+    g2[0, 10, 0, 3] = float("nan")
+    d2 = d[:, :64].clone()  # finite: the NaN enters through the gate input alone
+    ours = gate.gate_tail(d2, g2, A, b)
+    fla = kda_gate_bwd(g=g2, A_log=A, dt_bias=b, dyg=chunk_local_cumsum(d2, 64, reverse=True))
+    out["nan"] = [[torch.isnan(x).flatten().tolist() for x in ours],
+                  [torch.isnan(x).flatten().tolist() for x in fla]]
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.mark.slow
+def test_010_reads_strided_offsets_and_keeps_a_nan_gate_nan() -> None:
+    """009's faults when called on its own (its NOTES.md): strided cu_seqlens /
+    chunk_indices read at plain offsets, and a NaN gate input dropped by compiled
+    tl.minimum so that dA_log came out finite. 010 gives fla's numbers and NaN pattern."""
+    out = run_interpreted(FIXES_SCRIPT)
+    assert out["views_strided"] == [True, True]
+    assert out["views_equal"] == [True, True, True]
+    assert max(out["vs_fla"]) < 1e-5, out["vs_fla"]
+    ours, fla = out["nan"]
+    assert fla[1] == [True, False], "fla's dA_log: NaN for the head with the NaN gate"
+    assert ours == fla
 
 
 CHAIN_NAN_SCRIPT = textwrap.dedent(
@@ -192,7 +279,7 @@ CHAIN_NAN_SCRIPT = textwrap.dedent(
     beta, A_log, dt_bias = torch.randn(B, T, HV), torch.randn(HV) * 0.5, torch.randn(HV * K) * 0.5
     names = ["o", "dq", "dk", "dv", "dg", "dbeta", "dA_log", "ddt_bias"]
     out = {}
-    for idea in ("000", "009"):
+    for idea in ("000", "009", "010"):
         m = importlib.import_module(f"ladder.kernels.kda.ideas.i{idea}.kernel")
         o, _, ctx = m.kda_fwd(q, k, v, g, beta, A_log, dt_bias, K ** -0.5, None, False, None,
                               None, False, False)
@@ -213,4 +300,4 @@ def test_a_nan_in_the_raw_gate_gives_flas_nan_pattern_through_the_chain() -> Non
     out = run_interpreted(CHAIN_NAN_SCRIPT)
     for name, mask in out["000"].items():
         assert any(mask), (name, "fla's output should carry the NaN")
-        assert out["009"][name] == mask, name
+        assert out["009"][name] == mask == out["010"][name], name

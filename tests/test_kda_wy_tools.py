@@ -144,7 +144,7 @@ def test_bench_parse_launch_maps_knobs() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["010"], "no idea '010'"),
+        (["099"], "no idea '099'"),
         (["006"], "has no wy.py, the --stage wy module; ideas with one: 004"),
         (["005", "--stage", "dhu"], "has no dhu.py"),
         (["007", "--stage", "fwdho"], "has no fwd.py"),
@@ -154,7 +154,7 @@ def test_bench_parse_launch_maps_knobs() -> None:
         (["006", "--stage", "bogus"], "wy, dhu, fwdho or gate"),
         (
             ["008", "--stage", "gate"],
-            "has no gate.py, the --stage gate module; ideas with one: 009",
+            "has no gate.py, the --stage gate module; ideas with one: 009, 010",
         ),
         (["009", "--stage", "gate", "--launch", "4"], "two positive ints"),
         (["009", "--stage", "gate", "--launch", "32,6"], "warps 6 is not a power of two"),

@@ -129,6 +129,7 @@ VENDOR = {
         "007-wy-lean-dhu-wide": {"kernel": "chain7"},  # 005's wy, 006's dhu, 003's intra
         "008-fwd-state-out": {"kernel": "chain8", "fwd": "fwd8"},  # 007's backward
         "009-bwd-gate-tail": {"kernel": "chain9", "gate": "gate9"},  # 008 + its gate tail
+        "010-gate-tail-k-loop": {"kernel": "chain10", "gate": "gate10"},  # 009, K looped
     },
 }
 
