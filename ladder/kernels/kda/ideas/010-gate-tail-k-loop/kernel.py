@@ -1,10 +1,13 @@
 """kda/010 gate-tail-k-loop: kda/009 with its gate tail walking K inside one program.
 
-The forward is kda/008's; the backward is kda/009's chain, written out as 009 writes it
-(kda/005's ``chain.kda_bwd_chain`` ends in fla's cumsum and gate backward, and ideas 005-009
-stand on their code as it is), with ``gate.gate_tail`` this idea's: one program per chunk and
-value head walks the K blocks in a loop, where 009 gives each block its own program, and the
-faults 009's NOTES.md lists for the function called on its own are fixed.
+The forward is kda/008's; the backward is kda/009's chain with ``gate.gate_tail`` this
+idea's: one program per chunk and value head walks the K blocks in a loop, where 009 gives
+each block its own program, and the faults 009's NOTES.md lists for the function called on
+its own are fixed.
+
+009 writes its chain out with its own gate tail fixed in it, and 009 stands on its code as it
+is (its record). So the chain is written out once more here, as ``kda_bwd_chain`` with the
+gate tail passed in, for later ideas to call instead of copying it again.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from ladder.kernels.kda.ideas.i006 import dhu
 from ladder.kernels.kda.ideas.i008 import kernel as k8
 from ladder.kernels.kda.ideas.i010 import gate
 
-__all__ = ["CASES", "kda_bwd", "kda_fwd"]
+__all__ = ["CASES", "kda_bwd", "kda_bwd_chain", "kda_fwd"]
 
 CASES = ("dense", "varlen", "gva", "state", "lower_bound", "neg_eigval")
 
@@ -25,8 +28,15 @@ kda_fwd = k8.kda_fwd
 
 def kda_bwd(ctx, do, dht):
     """(dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0) for the output gradients do [B, T, HV, V]
-    and dht (the final state's gradient, or None). Raises ValueError for a ctx saved without
-    state_v_first."""
+    and dht (the final state's gradient, or None)."""
+    return kda_bwd_chain(ctx, do, dht, gate.gate_tail)
+
+
+def kda_bwd_chain(ctx, do, dht, gate_tail):
+    """kda/009's backward with ``gate_tail`` for its gate tail, called as ``gate_tail(dgc,
+    g_in, A_log, dt_bias, lower_bound=, cu_seqlens=, chunk_indices=, chunk_size=)`` -> (dg,
+    dA_log, ddt_bias) (``gate.gate_tail``). Returns what ``kda_bwd`` returns; raises
+    ValueError for a ctx saved without state_v_first."""
     from fla.modules.norm.l2norm import l2norm_bwd
     from fla.ops.common.chunk_delta_h import chunk_gated_delta_rule_fwd_h
     from fla.ops.common.gate import fused_beta_sigmoid_bwd
@@ -72,7 +82,7 @@ def kda_bwd(ctx, do, dht):
         if HV > H:
             dq = dq.view(*dq.shape[:2], H, HV // H, dq.shape[-1]).sum(dim=3)
             dk = dk.view(*dk.shape[:2], H, HV // H, dk.shape[-1]).sum(dim=3)
-        dg, dA, dbias = gate.gate_tail(
+        dg, dA, dbias = gate_tail(
             dg, g_in, A_log, dt_bias, lower_bound=lb, cu_seqlens=cu, chunk_indices=chunk_indices,
             chunk_size=chain.CHUNK,
         )  # fmt: skip
