@@ -3,7 +3,7 @@
 """Where kernel_fun.kda._kernels came from. Literals only: tools/drift.py reads them
 with ast.literal_eval and never imports this module."""
 
-SOURCE_COMMIT = "3d5481fc993ef88a0d5798bbb1af3f4bf996dbe9"
+SOURCE_COMMIT = "9cf08d9bb0ad1d29d0d7dd6adba5f942c6df49f5"
 RECORD = {
     "idea": "009-bwd-gate-tail",
     "record_id": "20261202T020457Z-da4b2fd8",
@@ -39,16 +39,16 @@ SOURCE_FILES = {
     "ladder/kernels/kda/ideas/009-bwd-gate-tail/kernel.py": "d0358fc462f045268708340de521959bb86f6d5283559bb65735c51881cf54de",
 }
 OUTPUT_FILES = {
-    "package/src/kernel_fun/kda/_kernels/__init__.py": "a83b31a9e159da1442a293ed8870ff74b374303a9c0bc91e53af5b129ee65f6b",
-    "package/src/kernel_fun/kda/_kernels/chain7.py": "12c0f7c6e0246ca80b10304cac3642a839e993e54b46e2895147942f2a6837d8",
-    "package/src/kernel_fun/kda/_kernels/chain8.py": "197dbca56d472b1d62fba977feb9d8878f03a9aea5a76b36a19b4b409e86d4ce",
-    "package/src/kernel_fun/kda/_kernels/chain9.py": "3f10dd88a98c802162740b2196a9926239dcd26c9fba14ae6f1afb95cbb31583",
-    "package/src/kernel_fun/kda/_kernels/chain_stages5.py": "546bd8e51bcd08e3973d5d57e865415d6aa4d0ebc09d24ce0ff23c576eddf87b",
-    "package/src/kernel_fun/kda/_kernels/dhu6.py": "e214409f0f69622c0a4e1f5f5553772a0f5496d0887a639dee42349dacf8e13e",
-    "package/src/kernel_fun/kda/_kernels/fwd8.py": "048771c760e075a8322a0679505173f168b7ea98346d7c03987d68317d4e3e78",
-    "package/src/kernel_fun/kda/_kernels/gate9.py": "85a03b1a14bc8385512e15ad3ea09fca251b1b51c2315128da3622140390bfa0",
-    "package/src/kernel_fun/kda/_kernels/intra3.py": "fc550372101500ef2026521099aa583fcc5c478362d5fafde02fa8abb3029829",
-    "package/src/kernel_fun/kda/_kernels/wy5.py": "34e399d565360518bcb9936efcf8127e004a2dbe5867023c4c930a554c953311",
+    "package/src/kernel_fun/kda/_kernels/__init__.py": "3365107f000ad13df09c4448a30e983c8f85d59b50db06e59a20710d64f04398",
+    "package/src/kernel_fun/kda/_kernels/chain7.py": "293d18f3ddc1ceae081dec7e137f25cfb107e2eec533ac1b4ed778bebac6b938",
+    "package/src/kernel_fun/kda/_kernels/chain8.py": "c6e7818a020f6cfcf6369b7769e6ee90a458289c47c0a82b90800bddd76f5474",
+    "package/src/kernel_fun/kda/_kernels/chain9.py": "cb372ef6858e0c3c490438723268debf26ca8e9cd8adcb0e1b2b8d382d9fcd34",
+    "package/src/kernel_fun/kda/_kernels/chain_stages5.py": "ab97b0a18cc0f4bff2c584befbbe7093f641a2915d36507b62fcdb29f66e834e",
+    "package/src/kernel_fun/kda/_kernels/dhu6.py": "33d6498469edd3ffd0a9ddc3fe782ba75cc416dd3d9a37b0af11809d0b61787b",
+    "package/src/kernel_fun/kda/_kernels/fwd8.py": "10c2b36362ac5481da41a99618a95a11f77bb40fbc8d99a4dfbc500d961c6afe",
+    "package/src/kernel_fun/kda/_kernels/gate9.py": "d965262fbd0a590d65aa3398b60411647f540040c8d4bddc7ca9c95cd9e8d032",
+    "package/src/kernel_fun/kda/_kernels/intra3.py": "1bf083b0225445c0e474b51efe8233fbcc21886369fd447e77b98dc80807cb4d",
+    "package/src/kernel_fun/kda/_kernels/wy5.py": "fa60b9237874e0a45ae82afb14e35560feff3294cda8027364c3c06e7cdf097d",
 }
 VENDOR = {
     "libcst": "1.9.0",
