@@ -68,3 +68,23 @@ def fla_on_the_interpreter(trim: bool = True) -> None:
             mod.IS_GATHER_SUPPORTED = False
         if hasattr(mod, "SAFE_GATE_DOT_PRECISION"):
             mod.SAFE_GATE_DOT_PRECISION = tl.constexpr("ieee")
+
+
+def without_cuda_device() -> None:
+    """Make `torch.cuda.device(...)` a no-op context, for chains that enter it around their
+    launches: the interpreter has no CUDA device to switch to."""
+    import contextlib
+
+    import torch
+
+    torch.cuda.device = lambda *args: contextlib.nullcontext()
+
+
+def compiled_min_semantics() -> None:
+    """Give the interpreter compiled Triton's `tl.minimum` without `propagate_nan`: PTX
+    `min.f32` returns the other operand for a NaN, where the interpreter's `np.minimum` keeps
+    the NaN. Call it before any kernel runs."""
+    import numpy as np
+    import triton.runtime.interpreter as interp
+
+    interp.InterpreterBuilder.create_minnumf = lambda self, a, b: self.binary_op(a, b, np.fmin)

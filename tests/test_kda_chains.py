@@ -31,21 +31,11 @@ SCRIPT = textwrap.dedent(
     import torch
     import ladder  # the idea import finder
     import fla.ops.kda  # noqa: F401  (fla's kda chain, loaded before it is adjusted)
-    from tests.interpreted import fla_on_the_interpreter
+    from tests.interpreted import fla_on_the_interpreter, without_cuda_device
 
     fla_on_the_interpreter()
 
-    class _NoDevice:  # the chains enter torch.cuda.device(q.device); there is none here
-        def __init__(self, *args):
-            pass
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-    torch.cuda.device = _NoDevice
+    without_cuda_device()  # the chains enter torch.cuda.device(q.device); there is none
 
     ideas = sys.argv[1].split(",")
     cases = [

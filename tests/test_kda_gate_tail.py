@@ -184,15 +184,12 @@ def test_010_refuses_the_index_shapes_009_let_through() -> None:
 FIXES_SCRIPT = textwrap.dedent(
     r"""
     import json
-    import numpy as np
     import torch
-    import triton.runtime.interpreter as interp
+    from tests.interpreted import compiled_min_semantics, fla_on_the_interpreter
 
-    # compiled Triton's tl.minimum without propagate_nan drops a NaN (test below)
-    interp.InterpreterBuilder.create_minnumf = lambda self, a, b: self.binary_op(a, b, np.fmin)
+    compiled_min_semantics()  # compiled tl.minimum without propagate_nan drops a NaN
     import ladder  # the idea import finder
     import fla.ops.kda.gate, fla.ops.utils.cumsum  # noqa: F401 (adjusted below)
-    from tests.interpreted import fla_on_the_interpreter
 
     fla_on_the_interpreter()
     from fla.ops.kda.gate import kda_gate_bwd
@@ -246,30 +243,17 @@ def test_010_reads_strided_offsets_and_keeps_a_nan_gate_nan() -> None:
 CHAIN_NAN_SCRIPT = textwrap.dedent(
     r"""
     import importlib, json
-    import numpy as np
     import torch
-    import triton.runtime.interpreter as interp
+    from tests.interpreted import (
+        compiled_min_semantics, fla_on_the_interpreter, without_cuda_device,
+    )
 
-    # compiled Triton's tl.minimum without propagate_nan returns the other operand for a NaN
-    # (PTX min.f32); the interpreter's np.minimum keeps the NaN. Take the compiled semantics.
-    interp.InterpreterBuilder.create_minnumf = lambda self, a, b: self.binary_op(a, b, np.fmin)
+    compiled_min_semantics()  # as the GPU runs tl.minimum (the interpreter keeps a NaN)
     import ladder  # the idea import finder
     import fla.ops.kda  # noqa: F401
-    from tests.interpreted import fla_on_the_interpreter
 
     fla_on_the_interpreter()
-
-    class _NoDevice:
-        def __init__(self, *args):
-            pass
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-    torch.cuda.device = _NoDevice
+    without_cuda_device()
     torch.manual_seed(0)
     B, T, H, HV, K, V = 1, 130, 1, 1, 32, 32
     q, k = torch.randn(B, T, H, K), torch.randn(B, T, H, K)
