@@ -115,6 +115,9 @@ def test_bench_parse_launch_maps_knobs() -> None:
     assert kda_stage_bench.parse_launch("64,8,3", "dhu") == dict(BV=64, NUM_WARPS=8, NUM_STAGES=3)
     assert kda_stage_bench.parse_launch("32,4,1", "fwdho") == dict(BV=32, NUM_WARPS=4, NUM_STAGES=1)
     assert kda_stage_bench.parse_launch("64,8", "gate") == dict(BK=64, NUM_WARPS=8)
+    assert kda_stage_bench.parse_launch("16,2,4,1", "fwdintra") == dict(
+        BK=16, NUM_WARPS=2, SOLVE_WARPS=4, FUSE_WU=1
+    )
     # the knob globals the tool sets are the ones the ideas' modules read
     from ladder.kernels.kda.ideas.i005 import wy
     from ladder.kernels.kda.ideas.i006 import dhu
@@ -125,6 +128,9 @@ def test_bench_parse_launch_maps_knobs() -> None:
     assert all(hasattr(dhu, n) for n in kda_stage_bench.KNOBS["dhu"])
     assert all(hasattr(fwd, n) for n in kda_stage_bench.KNOBS["fwdho"])
     assert all(hasattr(gate, n) for n in kda_stage_bench.KNOBS["gate"])
+    from ladder.kernels.kda.ideas.i011 import intra_fwd
+
+    assert all(hasattr(intra_fwd, n) for n in kda_stage_bench.KNOBS["fwdintra"])
     # without --launch each idea runs at its own knob values (008's fused forward: its
     # measured best, 64, 4, 2), not at a launch written down in the tool
     current = {n: getattr(fwd, n) for n in kda_stage_bench.KNOBS["fwdho"]}
@@ -151,7 +157,11 @@ def test_bench_parse_launch_maps_knobs() -> None:
         (["008", "--stage", "fwdho", "--launch", "64,4"], "three positive ints"),
         (["006", "--stage", "dhu", "--launch", "64,8"], "three positive ints"),
         (["006", "--stage", "dhu", "--launch", "48,8,3"], "BV 48 is not a power of two"),
-        (["006", "--stage", "bogus"], "wy, dhu, fwdho or gate"),
+        (["006", "--stage", "bogus"], "wy, dhu, fwdho, gate or fwdintra"),
+        (["011", "--stage", "fwdintra", "--launch", "16,2,2"], "four positive ints"),
+        (["011", "--stage", "fwdintra", "--launch", "16,2,2,2"], "fuse_wu 2 is not 0 or 1"),
+        (["011", "--stage", "fwdintra", "--launch", "16,3,2,0"], "warps 3 is not a power"),
+        (["010", "--stage", "fwdintra"], "has no intra_fwd.py"),
         (
             ["008", "--stage", "gate"],
             "has no gate.py, the --stage gate module; ideas with one: 009, 010",

@@ -8,6 +8,8 @@
         --out out/kda-fwdho-bench.json
     python tools/kda_stage_bench.py 009 --stage gate --launch 32,2 --launch 64,4 \
         --out out/kda-gate-bench.json
+    python tools/kda_stage_bench.py 011 --stage fwdintra --launch 16,2,2,0 --launch 16,2,4,1 \
+        --out out/kda-fwdintra-bench.json
 
 A whole-op bench re-runs fla's autotuned chain for every launch tried; this tool times one
 stage on random inputs of its shapes and dtypes at one problem size (default prod: B16
@@ -28,6 +30,13 @@ T8192 H16 K128 V256, dense):
   (softplus form). fla's two calls, ``chunk_local_cumsum(reverse=True)`` then
   ``kda_gate_bwd``, against each idea's one-pass ``gate.gate_tail`` (kda/009) at each
   launch: BK, warps.
+- `--stage fwdintra`: the forward's intra-chunk stage (both score matrices, the triangular
+  solve, w, u and kg) on the family's inputs of one named shape (`--shape`, default prod;
+  the gate is the shape's, through fla's gate cumsum, so the share of diagonal-tile rows
+  that take kda/011's exact loop is the layer's; the report gives it). fla's
+  ``chunk_kda_fwd_intra`` against each idea's ``intra_fwd.fwd_intra`` at each launch: BK,
+  warps, solve warps, w/u fused (0/1). fla leaves Aqk above the diagonal unwritten, so Aqk
+  is compared on the lower triangle of each chunk.
 
 fla's function is autotuned at that size in this process on its first call. The launch is
 set through the idea module's knob globals for the call (the same values its knobs give at
@@ -63,6 +72,7 @@ OUTPUTS = {
     "dhu": ("dh", "dh0", "dv2"),
     "fwdho": ("o", "ht"),
     "gate": ("dg", "dA_log", "ddt_bias"),
+    "fwdintra": ("w", "u", "kg", "Aqk", "Akk"),
 }
 MAX_REL = 1e-2  # bf16 operands in both kernels' products: 1e-3 is typical (004's NOTES)
 KNOBS = {
@@ -70,10 +80,12 @@ KNOBS = {
     "dhu": ("BV", "NUM_WARPS", "NUM_STAGES"),
     "fwdho": ("BV", "NUM_WARPS", "NUM_STAGES"),
     "gate": ("BK", "NUM_WARPS"),
+    "fwdintra": ("BK", "NUM_WARPS", "SOLVE_WARPS", "FUSE_WU"),
 }
-MODULES = {"wy": "wy", "dhu": "dhu", "fwdho": "fwd", "gate": "gate"}
+MODULES = {"wy": "wy", "dhu": "dhu", "fwdho": "fwd", "gate": "gate", "fwdintra": "intra_fwd"}
 FORMS = {"wy": "BK,BV,warps,stages[,maxnreg]", "dhu": "BV,warps,stages",
-         "fwdho": "BV,warps,stages", "gate": "BK,warps"}  # fmt: skip
+         "fwdho": "BV,warps,stages", "gate": "BK,warps",
+         "fwdintra": "BK,warps,solve_warps,fuse_wu"}  # fmt: skip
 
 
 def launch_values(launch: dict[str, int], current: dict[str, int]) -> dict[str, int]:
@@ -88,18 +100,26 @@ def launch_values(launch: dict[str, int], current: dict[str, int]) -> dict[str, 
 def parse_launch(spec: str, stage: str = "wy") -> dict[str, int]:
     """The stage's knob globals from a launch string: wy "BK,BV,warps,stages[,maxnreg]" ->
     {"BK", "BV", "NUM_WARPS", "NUM_STAGES"[, "MAXNREG"]}; dhu and fwdho "BV,warps,stages" ->
-    {"BV", "NUM_WARPS", "NUM_STAGES"}; gate "BK,warps" -> {"BK", "NUM_WARPS"}. ValueError
-    naming what is wrong."""
+    {"BV", "NUM_WARPS", "NUM_STAGES"}; gate "BK,warps" -> {"BK", "NUM_WARPS"}; fwdintra
+    "BK,warps,solve_warps,fuse_wu" -> {"BK", "NUM_WARPS", "SOLVE_WARPS", "FUSE_WU"} (fuse_wu 0
+    or 1, the others positive). ValueError naming what is wrong."""
     form = FORMS[stage]
-    counts = {"wy": (4, 5), "gate": (2,)}.get(stage, (3,))
+    counts = {"wy": (4, 5), "gate": (2,), "fwdintra": (4,)}.get(stage, (3,))
     try:
         parts = [int(p) for p in spec.split(",")]
     except ValueError:
         raise ValueError(f"--launch {spec!r}: integers {form}") from None
-    if len(parts) not in counts or min(parts) < 1:
-        what = {"wy": "four or five", "gate": "two"}.get(stage, "three")
+    positive = parts[:3] if stage == "fwdintra" else parts
+    if len(parts) not in counts or min(positive) < 1:
+        what = {"wy": "four or five", "gate": "two", "fwdintra": "four"}.get(stage, "three")
         raise ValueError(f"--launch {spec!r}: {what} positive ints, {form}")
-    names = {"wy": ("BK", "BV", "warps"), "gate": ("BK", "warps")}.get(stage, ("BV", "warps"))
+    if stage == "fwdintra" and parts[3] not in (0, 1):
+        raise ValueError(f"--launch {spec!r}: fuse_wu {parts[3]} is not 0 or 1")
+    names = {
+        "wy": ("BK", "BV", "warps"),
+        "gate": ("BK", "warps"),
+        "fwdintra": ("BK", "warps", "solve_warps"),
+    }.get(stage, ("BV", "warps"))
     for name, n in zip(names, parts):
         if n & (n - 1):
             raise ValueError(f"--launch {spec!r}: {name} {n} is not a power of two")
@@ -169,6 +189,8 @@ def _stage_calls(stage: str, x: dict, B: int, H: int, HV: int, K: int, V: int):
         return _fwdho_calls(x, B, H, HV, K, V)
     if stage == "gate":
         return _gate_calls(B, x["q"].shape[1], HV, K)
+    if stage == "fwdintra":
+        return _fwdintra_calls(x)
     if stage == "wy":
         from fla.ops.kda.chunk_bwd import chunk_kda_bwd_wy_dqkg_fused
 
@@ -245,18 +267,91 @@ def _gate_calls(B: int, T: int, HV: int, K: int):
     return fla_call, ours
 
 
+def fwdintra_inputs(shape_name: str) -> dict:
+    """The family's inputs of the named shape, as kda_fwd turns them into the intra-chunk
+    stage's: L2-normalised q, k, beta after the sigmoid, the gate cumsum in log2 units
+    (fla's ``kda_gate_chunk_cumsum``), and fla's chunk_indices for a packed shape."""
+    from fla.modules.norm.l2norm import l2norm_fwd
+    from fla.ops.common.gate import fused_beta_sigmoid
+    from fla.ops.kda.gate import kda_gate_chunk_cumsum
+    from fla.ops.utils.index import prepare_chunk_indices
+
+    from ladder.kernels.kda import family
+
+    shapes = {s.name: s for group in family.SHAPES.values() for s in group}
+    if shape_name not in shapes:
+        raise ValueError(f"--shape {shape_name!r}: not a kda shape ({', '.join(shapes)})")
+    shape = shapes[shape_name]
+    q, k, v, g, beta, A_log, dt_bias, _h0, cu, _do, _dht, lb, neg = family.make_inputs(
+        shape, "cuda", 0
+    )
+    chunk_indices = prepare_chunk_indices(cu, 64) if cu is not None else None
+    gc = kda_gate_chunk_cumsum(
+        g=g, A_log=A_log, dt_bias=dt_bias, scale=1.4426950408889634, chunk_size=64,
+        cu_seqlens=cu, chunk_indices=chunk_indices, lower_bound=lb,
+    )  # fmt: skip
+    return dict(
+        q=l2norm_fwd(q)[0], k=l2norm_fwd(k)[0], v=v, g=gc,
+        beta=fused_beta_sigmoid(x=beta, scale=2.0 if neg else 1.0), scale=q.shape[-1] ** -0.5,
+        cu_seqlens=cu, chunk_indices=chunk_indices, shape=shape,
+    )  # fmt: skip
+
+
+def exact_row_share(g, limit: float) -> float:
+    """The share of rows whose diagonal 16-token tile (kda/011's ``intra_fwd``) takes the
+    exact loop: a row whose gate, or an earlier row's of the tile, lies more than ``limit``
+    log2 units below the tile's first row in some column. Dense rows in whole tiles only: g
+    [B, T, HV, K] with T a multiple of 16."""
+    B, T, HV, K = g.shape
+    x = g.view(B, T // 16, 16, HV, K)
+    drop = (x[:, :, :1] - x).amax(dim=-1) > limit  # [B, tiles, 16, HV]
+    return float((drop.int().cumsum(2) > 0).float().mean())
+
+
+def _fwdintra_calls(x: dict):
+    """(fla's call, ours(mod)) for the forward's intra-chunk stage; fla's Aqk is masked to
+    the lower triangle of each chunk (it leaves the rest unwritten)."""
+    import torch
+    from fla.ops.kda.chunk_intra import chunk_kda_fwd_intra
+
+    T = x["q"].shape[1]
+    cu, ci = x["cu_seqlens"], x["chunk_indices"]
+    if cu is None:
+        t = torch.arange(T, device="cuda") % 64
+    else:  # positions within each sequence's chunks
+        starts = torch.repeat_interleave(cu[:-1], cu[1:] - cu[:-1])
+        t = (torch.arange(T, device="cuda") - starts) % 64
+    lower = (torch.arange(64, device="cuda")[None, :] <= t[:, None])[None, :, None, :]
+    args = (x["q"], x["k"], x["v"], x["g"], x["beta"], x["scale"])
+
+    def fla_call():
+        w, u, _qg, kg, Aqk, Akk = chunk_kda_fwd_intra(
+            q=x["q"], k=x["k"], v=x["v"], gk=x["g"], beta=x["beta"], scale=x["scale"],
+            cu_seqlens=cu, chunk_size=64, chunk_indices=ci,
+        )  # fmt: skip
+        return w, u, kg, torch.where(lower, Aqk, 0), Akk
+
+    def ours(mod):
+        w, u, _qg, kg, Aqk, Akk = mod.fwd_intra(*args, cu_seqlens=cu, chunk_indices=ci)
+        return w, u, kg, Aqk, Akk
+
+    return fla_call, ours
+
+
 def main(
     ideas: list[str] = typer.Argument(..., help="kda idea numbers with the stage, e.g. 004 005"),
     stage: str = typer.Option(
         "wy",
         help="wy (the fused WY stage), dhu (the state gradient), fwdho (the forward's "
-        "state pass and output) or gate (the backward's gate tail)",
+        "state pass and output), gate (the backward's gate tail) or fwdintra (the forward's "
+        "intra-chunk stage)",
     ),
     launch: list[str] = typer.Option(
         None,
-        help="wy: BK,BV,warps,stages[,maxnreg]; dhu, fwdho: BV,warps,stages; gate: BK,warps "
-        "(repeatable)",
+        help="wy: BK,BV,warps,stages[,maxnreg]; dhu, fwdho: BV,warps,stages; gate: BK,warps; "
+        "fwdintra: BK,warps,solve_warps,fuse_wu (repeatable)",
     ),
+    shape: str = typer.Option("prod", help="fwdintra: the kda family shape whose inputs to use"),
     out: Path = typer.Option(Path("out/kda-stage-bench.json"), help="the JSON report"),
     B: int = typer.Option(16, min=1),
     T: int = typer.Option(8192, min=64),
@@ -267,7 +362,7 @@ def main(
 ) -> None:
     """Time each idea's stage at each launch against fla's, stage alone."""
     if stage not in KNOBS:
-        _usage(f"--stage {stage!r}: wy, dhu, fwdho or gate")
+        _usage(f"--stage {stage!r}: wy, dhu, fwdho, gate or fwdintra")
     try:  # no --launch: one launch, each idea at its own knob values
         launches = [parse_launch(spec, stage) for spec in launch] if launch else [{}]
     except ValueError as exc:
@@ -305,10 +400,24 @@ def main(
         _usage(problem)
     import triton
 
-    fla_call, ours_of = _stage_calls(stage, inputs(B, T, H, HV, K, V), B, H, HV, K, V)
+    extra = {}
+    if stage == "fwdintra":
+        try:
+            x = fwdintra_inputs(shape)
+        except ValueError as exc:
+            _usage(str(exc))
+        sh = x["shape"]
+        B, T, H, HV, K, V = sh.B, sh.T, sh.H, sh.HV, sh.K, sh.V
+        if x["cu_seqlens"] is None and T % 16 == 0:
+            for idea, mod in mods.items():
+                extra[f"exact_row_share_{idea}"] = exact_row_share(x["g"], mod.LIMIT)
+        extra["shape_name"] = shape
+    else:
+        x = inputs(B, T, H, HV, K, V)
+    fla_call, ours_of = _stage_calls(stage, x, B, H, HV, K, V)
     ref = fla_call()  # autotunes here
     fla_ms = triton.testing.do_bench(fla_call)
-    typer.echo(f"fla {stage} B{B} T{T} H{H} HV{HV} K{K} V{V}: {fla_ms:.3f} ms")
+    typer.echo(f"fla {stage} B{B} T{T} H{H} HV{HV} K{K} V{V}: {fla_ms:.3f} ms {extra or ''}")
     rows, bad = [], False
     for lp in launches:
         for idea, mod in mods.items():
@@ -352,7 +461,7 @@ def main(
         host=platform.node(),
         versions=dict(torch=torch.__version__, triton=triton.__version__,
                       fla=importlib.import_module("fla").__version__),
-        shape=dict(B=B, T=T, H=H, HV=HV, K=K, V=V), fla_ms=fla_ms, rows=rows,
+        shape=dict(B=B, T=T, H=H, HV=HV, K=K, V=V), fla_ms=fla_ms, rows=rows, **extra,
     )  # fmt: skip
     out.write_text(json.dumps(report, indent=1) + "\n")
     typer.echo(f"wrote {out}")

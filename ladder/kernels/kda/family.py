@@ -130,6 +130,8 @@ VENDOR = {
         "008-fwd-state-out": {"kernel": "chain8", "fwd": "fwd8"},  # 007's backward
         "009-bwd-gate-tail": {"kernel": "chain9", "gate": "gate9"},  # 008 + its gate tail
         "010-gate-tail-k-loop": {"kernel": "chain10", "gate": "gate10"},  # 009, K looped
+        # 010 with the forward's intra-chunk stage fused
+        "011-fwd-intra-fused": {"kernel": "chain11", "intra_fwd": "intrafwd11"},
     },
 }
 

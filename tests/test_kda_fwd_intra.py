@@ -1,0 +1,173 @@
+"""kda/011's forward intra-chunk stage (`intra_fwd.fwd_intra`) on Triton's CPU interpreter, in
+fp32: against a float64 evaluation of its definition, against fla 0.6.0's
+`chunk_kda_fwd_intra`, on both of its diagonal-tile paths, and for causality.
+
+The float64 evaluation is the stage's definition written out per chunk (Aqk, A with
+torch.linalg.inv for (I + A)^-1, w, u, kg), independent of either kernel. fp32 inputs:
+Triton 3.6's interpreter computes bf16 tensor-core products wrongly (tests/test_kda_wy.py).
+
+Runs in a subprocess (`tests.interpreted.run_interpreted`).
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from tests.interpreted import run_interpreted
+
+SCRIPT = textwrap.dedent(
+    r"""
+    import json, sys
+    import torch
+    import ladder  # the idea import finder
+    import fla.ops.kda.chunk_intra, fla.ops.kda.wy_fast  # noqa: F401
+    import fla.ops.kda.chunk_intra_token_parallel  # noqa: F401
+    from tests.interpreted import fla_on_the_interpreter
+
+    fla_on_the_interpreter()
+    from fla.ops.kda.chunk_intra import chunk_kda_fwd_intra
+    from fla.ops.utils.index import prepare_chunk_indices
+    from ladder.kernels.kda.ideas.i011 import intra_fwd
+
+    def reference(q, k, v, g, beta, scale, bounds):
+        B, T, H, K = k.shape
+        HV = v.shape[2]
+        G = HV // H
+        f64 = torch.float64
+        Aqk = torch.zeros(B, T, HV, 64, dtype=f64)
+        Akk = torch.zeros(B, T, HV, 64, dtype=f64)
+        w = torch.zeros(B, T, HV, K, dtype=f64)
+        u = torch.zeros(B, T, HV, v.shape[3], dtype=f64)
+        kg = torch.zeros(B, T, HV, K, dtype=f64)
+        for b, (s, e) in bounds:
+            for c0 in range(s, e, 64):
+                c1 = min(c0 + 64, e)
+                n = c1 - c0
+                low = torch.tril(torch.ones(n, n, dtype=torch.bool))
+                for hv in range(HV):
+                    qq, kk = q[b, c0:c1, hv // G].double(), k[b, c0:c1, hv // G].double()
+                    gg, bb = g[b, c0:c1, hv].double(), beta[b, c0:c1, hv].double()
+                    E = torch.exp2(gg[:, None, :] - gg[None, :, :])
+                    E = torch.where(low[:, :, None], E, torch.zeros_like(E))
+                    aq = torch.einsum("ik,jk,ijk->ij", qq, kk, E) * scale
+                    a = torch.tril(torch.einsum("ik,jk,ijk->ij", kk, kk, E) * bb[:, None], -1)
+                    inv = torch.linalg.inv(torch.eye(n, dtype=f64) + a)
+                    Aqk[b, c0:c1, hv, :n] = aq
+                    Akk[b, c0:c1, hv, :n] = inv
+                    w[b, c0:c1, hv] = inv @ (kk * bb[:, None] * torch.exp2(gg))
+                    u[b, c0:c1, hv] = inv @ (v[b, c0:c1, hv].double() * bb[:, None])
+                    kg[b, c0:c1, hv] = kk * torch.exp2(gg[-1][None, :] - gg)
+        return w, u, kg, Aqk, Akk
+
+    def inputs(B, H, HV, K, V, lens, per_token):
+        # per_token: the gate's mean depth per token (log2 units), drawn U(0, 2 per_token)
+        torch.manual_seed(0)
+        packed = B == 1 and len(lens) > 1
+        T = sum(lens) if packed else lens[0]
+        q = torch.nn.functional.normalize(torch.randn(B, T, H, K), dim=-1)
+        k = torch.nn.functional.normalize(torch.randn(B, T, H, K), dim=-1)
+        v = torch.randn(B, T, HV, V)
+        beta = torch.rand(B, T, HV) * 2  # up to the neg-eigval bound
+        steps = -torch.rand(B, T, HV, K) * 2 * per_token
+        cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist()) if packed else None
+        seqs = [(int(cu[i]), int(cu[i + 1])) for i in range(len(lens))] if packed else [(0, T)]
+        g = torch.zeros_like(steps)
+        for s, e in seqs:
+            for c0 in range(s, e, 64):
+                g[:, c0 : min(c0 + 64, e)] = steps[:, c0 : min(c0 + 64, e)].cumsum(1)
+        bounds = [(0, se) for se in seqs] if packed else [(b, (0, T)) for b in range(B)]
+        ci = prepare_chunk_indices(cu, 64) if packed else None
+        return q, k, v, g, beta, K ** -0.5, cu, ci, bounds
+
+    def lower_mask(like, bounds):
+        m = torch.zeros_like(like, dtype=torch.bool)
+        for b, (s, e) in bounds:
+            for c0 in range(s, e, 64):
+                for i in range(c0, min(c0 + 64, e)):
+                    m[b, i, :, : i - c0 + 1] = True
+        return m
+
+    def errors(outs, ref, bounds):
+        res = {}
+        for name, a, r in zip(("w", "u", "kg", "Aqk", "Akk"), outs, ref):
+            if name in ("Aqk", "Akk"):
+                m = lower_mask(r, bounds)
+                res[name + "_above"] = float((a.double() * ~m).abs().max())
+                a, r = a.double() * m, r * m
+            ok = bool(torch.isfinite(a).all())
+            res[name] = float((a.double() - r).norm() / r.norm()) if ok else float("nan")
+        return res
+
+    cases = {
+        # name: B, H, HV, K, V, lengths, per-token gate depth (log2 units)
+        "dense-ragged": (2, 1, 1, 32, 32, [100], 0.5),
+        "deep": (1, 1, 1, 32, 32, [130], 20.0),
+        "mixed": (1, 1, 1, 32, 32, [128], 6.0),
+        "gva-varlen": (1, 1, 2, 32, 16, [1, 64, 2, 80, 3], 1.0),
+        "k48": (1, 1, 1, 48, 32, [70], 10.0),
+    }
+    out = {}
+    for name, (B, H, HV, K, V, lens, depth) in cases.items():
+        q, k, v, g, beta, scale, cu, ci, bounds = inputs(B, H, HV, K, V, lens, depth)
+        ref = reference(q, k, v, g, beta, scale, bounds)
+        res = {}
+        for mode, limit, fuse in (("default", 112.0, True), ("all-exact", -1.0, True),
+                                  ("unfused", 112.0, False)):
+            intra_fwd.LIMIT, intra_fwd.FUSE_WU = limit, fuse
+            o = intra_fwd.fwd_intra(q, k, v, g, beta, scale, cu_seqlens=cu, chunk_indices=ci)
+            res[mode] = errors((o[0], o[1], o[3], o[4], o[5]), ref, bounds)
+        if depth <= 1.0:  # every row on the products
+            intra_fwd.LIMIT, intra_fwd.FUSE_WU = 1e30, True
+            o = intra_fwd.fwd_intra(q, k, v, g, beta, scale, cu_seqlens=cu, chunk_indices=ci)
+            res["all-products"] = errors((o[0], o[1], o[3], o[4], o[5]), ref, bounds)
+        intra_fwd.LIMIT, intra_fwd.FUSE_WU = 112.0, True
+        f = chunk_kda_fwd_intra(q=q, k=k, v=v, gk=g, beta=beta, scale=scale, cu_seqlens=cu,
+                                chunk_size=64, chunk_indices=ci)
+        res["fla"] = errors((f[0], f[1], f[3], f[4], f[5]), ref, bounds)
+        out[name] = res
+
+    # causality: a later token of the same tile changes no earlier row's scores, bit for bit
+    q, k, v, g, beta, scale, cu, ci, bounds = inputs(1, 1, 1, 32, 32, [64], 6.0)
+    a = intra_fwd.fwd_intra(q, k, v, g, beta, scale)
+    t = 21  # row 5 of the second 16-token tile
+    q2, k2, g2 = q.clone(), k.clone(), g.clone()
+    q2[:, t:] = torch.nn.functional.normalize(torch.randn_like(q2[:, t:]), dim=-1)
+    k2[:, t:] = torch.nn.functional.normalize(torch.randn_like(k2[:, t:]), dim=-1)
+    g2[:, t:] = g2[:, t:] - 150.0  # deeper: the later rows now take the exact loop
+    b = intra_fwd.fwd_intra(q2, k2, v, g2, beta, scale)
+    out["causal"] = {
+        "Aqk_same": bool(torch.equal(a[4][:, :t], b[4][:, :t])),
+        "Akk_same": bool(torch.equal(a[5][:, :t], b[5][:, :t])),
+        "later_changed": bool(not torch.equal(a[4][:, t:], b[4][:, t:])),
+    }
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.mark.slow
+def test_fwd_intra_matches_the_float64_definition_and_fla_on_every_path() -> None:
+    out = run_interpreted(SCRIPT)
+    causal = out.pop("causal")
+    assert causal == {"Aqk_same": True, "Akk_same": True, "later_changed": True}, causal
+    assert set(out) == {"dense-ragged", "deep", "mixed", "gva-varlen", "k48"}
+    for case, res in out.items():
+        want = {"default", "all-exact", "unfused", "fla"}
+        if case in ("dense-ragged", "gva-varlen"):
+            want.add("all-products")
+        assert set(res) == want, (case, sorted(res))
+        for mode, errs in res.items():
+            if mode == "fla":
+                continue
+            for name, err in errs.items():
+                if name.endswith("_above"):
+                    # every entry above each chunk's diagonal is written, and written 0
+                    assert err == 0.0, (case, mode, name, err)
+                    continue
+                # fp32 throughout: rounding-level against the float64 definition, and never
+                # far from fla's own error there
+                fla = res["fla"][name]
+                assert err < 2e-6, (case, mode, name, err)
+                assert err <= 3 * fla + 1e-7, (case, mode, name, err, fla)
