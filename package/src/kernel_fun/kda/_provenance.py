@@ -3,7 +3,7 @@
 """Where kernel_fun.kda._kernels came from. Literals only: tools/drift.py reads them
 with ast.literal_eval and never imports this module."""
 
-SOURCE_COMMIT = "9cf08d9bb0ad1d29d0d7dd6adba5f942c6df49f5"
+SOURCE_COMMIT = "4987756d4b291e55334ddc616af423ddea593e59"
 RECORD = {
     "idea": "009-bwd-gate-tail",
     "record_id": "20261202T020457Z-da4b2fd8",
@@ -39,16 +39,16 @@ SOURCE_FILES = {
     "ladder/kernels/kda/ideas/009-bwd-gate-tail/kernel.py": "d0358fc462f045268708340de521959bb86f6d5283559bb65735c51881cf54de",
 }
 OUTPUT_FILES = {
-    "package/src/kernel_fun/kda/_kernels/__init__.py": "3365107f000ad13df09c4448a30e983c8f85d59b50db06e59a20710d64f04398",
-    "package/src/kernel_fun/kda/_kernels/chain7.py": "293d18f3ddc1ceae081dec7e137f25cfb107e2eec533ac1b4ed778bebac6b938",
-    "package/src/kernel_fun/kda/_kernels/chain8.py": "c6e7818a020f6cfcf6369b7769e6ee90a458289c47c0a82b90800bddd76f5474",
-    "package/src/kernel_fun/kda/_kernels/chain9.py": "cb372ef6858e0c3c490438723268debf26ca8e9cd8adcb0e1b2b8d382d9fcd34",
-    "package/src/kernel_fun/kda/_kernels/chain_stages5.py": "ab97b0a18cc0f4bff2c584befbbe7093f641a2915d36507b62fcdb29f66e834e",
-    "package/src/kernel_fun/kda/_kernels/dhu6.py": "33d6498469edd3ffd0a9ddc3fe782ba75cc416dd3d9a37b0af11809d0b61787b",
-    "package/src/kernel_fun/kda/_kernels/fwd8.py": "10c2b36362ac5481da41a99618a95a11f77bb40fbc8d99a4dfbc500d961c6afe",
-    "package/src/kernel_fun/kda/_kernels/gate9.py": "d965262fbd0a590d65aa3398b60411647f540040c8d4bddc7ca9c95cd9e8d032",
-    "package/src/kernel_fun/kda/_kernels/intra3.py": "1bf083b0225445c0e474b51efe8233fbcc21886369fd447e77b98dc80807cb4d",
-    "package/src/kernel_fun/kda/_kernels/wy5.py": "fa60b9237874e0a45ae82afb14e35560feff3294cda8027364c3c06e7cdf097d",
+    "package/src/kernel_fun/kda/_kernels/__init__.py": "ab3b930d34efe6a82a48d3dd473e2b9ac73ae9d764d237f08cb632a34a8d9af5",
+    "package/src/kernel_fun/kda/_kernels/chain7.py": "3965f3229b8d3197c538abad9536072d1be51d6ed9a23968dedaeb4e318e6520",
+    "package/src/kernel_fun/kda/_kernels/chain8.py": "dbe26ecb47ec2d2d40d807b22a95b3df4e0a87965940bda90f77ba03b0e032d1",
+    "package/src/kernel_fun/kda/_kernels/chain9.py": "6c7cd12e26071058d69d96ffe019308b2785b2b5a45b1f598d7c1ca12a847d82",
+    "package/src/kernel_fun/kda/_kernels/chain_stages5.py": "d073a87c14fe89c80c4e8b56230b91bec3fb1651be4542c7f1999d91a929d245",
+    "package/src/kernel_fun/kda/_kernels/dhu6.py": "441073acb8fda6021b2ff66c68e4c933eea305275349ea3ab7b212ab59b085ea",
+    "package/src/kernel_fun/kda/_kernels/fwd8.py": "c0792bf1781efe4272994f46220ffe2f7809a0a331f7560eb1ce069a380cf4c5",
+    "package/src/kernel_fun/kda/_kernels/gate9.py": "f9deeead3d89d34ff825e0bf48bcba336a7da8eb574701f20eaf49e498fc127d",
+    "package/src/kernel_fun/kda/_kernels/intra3.py": "d0a9643c2c152436ce402ef6873c70449e9500bb9fca2a91513acfcb2ad8792f",
+    "package/src/kernel_fun/kda/_kernels/wy5.py": "53fc8caa6c8ce45fb2604be3c3db66d3883c85c595f6610ba990adf5a1f01885",
 }
 VENDOR = {
     "libcst": "1.9.0",
