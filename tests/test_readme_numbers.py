@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-REPORT = ROOT / "docs" / "results" / "prodtime-h200-20261201b.json"
+REPORT = ROOT / "docs" / "results" / "prodtime-h200-20261202.json"
 
 
 def test_readme_quotes_the_committed_prodtime_report() -> None:
