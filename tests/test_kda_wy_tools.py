@@ -213,3 +213,16 @@ def test_a_launch_fails_on_a_race_a_large_difference_or_a_non_finite_output() ->
     assert kda_stage_bench.judge(ok, False) == ("dg", False)  # two calls differed
     assert kda_stage_bench.judge({"dq": 1e-4, "dk": 0.5}, True) == ("dk", False)
     assert kda_stage_bench.judge({"dq": 1e-4, "dh0": math.nan, "dk": 2e-3}, True) == ("dh0", False)
+
+
+def test_exact_row_share_counts_a_deep_row_and_every_later_row_of_its_tile() -> None:
+    import kda_stage_bench
+    import torch
+
+    g = -0.25 * torch.arange(32.0).view(1, 32, 1, 1).repeat(1, 1, 2, 4)  # shallow
+    assert kda_stage_bench.exact_row_share(g, 112.0) == 0.0
+    # in the second tile of head 0, row 5 lies 113 log2 units below the tile's first row in
+    # one column: rows 5..15 of that tile take the loop (11 of 64 rows), nothing else
+    g[0, 16 + 5, 0, 2] = g[0, 16, 0, 2] - 113.0
+    assert kda_stage_bench.exact_row_share(g, 112.0) == 11 / 64
+    assert kda_stage_bench.exact_row_share(g, 113.0) == 0.0
