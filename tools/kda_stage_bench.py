@@ -275,6 +275,7 @@ def fwdintra_inputs(shape_name: str) -> dict:
     from fla.ops.common.gate import fused_beta_sigmoid
     from fla.ops.kda.gate import kda_gate_chunk_cumsum
     from fla.ops.utils.index import prepare_chunk_indices
+    from ladder.kernels.kda.ideas.i005 import chain
 
     from ladder.kernels.kda import family
 
@@ -285,9 +286,9 @@ def fwdintra_inputs(shape_name: str) -> dict:
     q, k, v, g, beta, A_log, dt_bias, _h0, cu, _do, _dht, lb, neg = family.make_inputs(
         shape, "cuda", 0
     )
-    chunk_indices = prepare_chunk_indices(cu, 64) if cu is not None else None
+    chunk_indices = prepare_chunk_indices(cu, chain.CHUNK) if cu is not None else None
     gc = kda_gate_chunk_cumsum(
-        g=g, A_log=A_log, dt_bias=dt_bias, scale=1.4426950408889634, chunk_size=64,
+        g=g, A_log=A_log, dt_bias=dt_bias, scale=chain.RCP_LN2, chunk_size=chain.CHUNK,
         cu_seqlens=cu, chunk_indices=chunk_indices, lower_bound=lb,
     )  # fmt: skip
     return dict(
@@ -351,7 +352,11 @@ def main(
         help="wy: BK,BV,warps,stages[,maxnreg]; dhu, fwdho: BV,warps,stages; gate: BK,warps; "
         "fwdintra: BK,warps,solve_warps,fuse_wu (repeatable)",
     ),
-    shape: str = typer.Option("prod", help="fwdintra: the kda family shape whose inputs to use"),
+    shape: str = typer.Option(
+        "prod",
+        help="fwdintra: the kda family shape whose inputs (and sizes: --B .. --V are not "
+        "used) it runs on",
+    ),
     out: Path = typer.Option(Path("out/kda-stage-bench.json"), help="the JSON report"),
     B: int = typer.Option(16, min=1),
     T: int = typer.Option(8192, min=64),
