@@ -1,8 +1,10 @@
 """``ladder board``: one row per idea from its committed records, the winner marked.
 
 An idea's row shows its best record on the chosen device: the best promotable one (passed,
-clean, current code) by prod ratio, else the best passed one, else its latest record (so an
-idea whose only records are "incorrect" or "error" still shows up, with that status).
+clean, current code) by the family's rank score (the winner's: the prod ratio, or the
+geometric mean of the ratios at its RANK_SHAPES), else the best passed one, else its latest
+record (so an idea whose only records are "incorrect" or "error" still shows up, with that
+status).
 
 The per-shape view (the plot, and ``shapes`` in the JSON) also draws on the idea's other
 records of the same code: a bench of ``--shapes prod`` and one of ``--shapes sweep`` are two
@@ -41,7 +43,9 @@ class BoardRow:
     (> 1: faster than fla), fractions of the record's copy ceiling, err_ratio the worst over
     outputs and shapes. Host time per call in us (fwd without autograd, fwd+bwd with it, and
     the torch-op floor) and peak memory of one fwd+bwd in bytes, at prod, where the record
-    has them. Everything is None when the idea has no record on the device.
+    has them. rank_score: the record's :func:`ladder.records.rank_score` over the family's
+    rank shapes (equal to prod_ratio for a family without RANK_SHAPES; None when the record
+    lacks one of them). Everything is None when the idea has no record on the device.
     baseline: the idea is the family's baseline (``000-*``), shown but never promotable;
     stale_why: for a stale record, which files differ from the record's code; missing_cases:
     the cases of the family's PROMOTE_CASES the idea does not implement (then never
@@ -63,6 +67,7 @@ class BoardRow:
     fwd_ratio: float | None = None
     bwd_ratio: float | None = None
     prod_ratio: float | None = None
+    rank_score: float | None = None
     fwd_fraction_of_copy: float | None = None
     bwd_fraction_of_copy: float | None = None
     err_ratio: float | None = None
@@ -110,7 +115,8 @@ class ShapePoint:
 @dataclass
 class Board:
     """The board of a family on ``device`` (a name substring; "" = every device). ``shapes``
-    holds every idea's :class:`ShapePoint` list (ideas in row order)."""
+    holds every idea's :class:`ShapePoint` list (ideas in row order); ``rank_shapes`` the
+    shape names the family ranks on (:func:`ladder.records.rank_shapes`)."""
 
     family: str
     device: str
@@ -118,10 +124,12 @@ class Board:
     winner: records.Winner | None
     no_winner: str | None
     shapes: list[ShapePoint] = field(default_factory=list)
+    rank_shapes: tuple[str, ...] = ("prod",)
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict: family, device, rows, shapes (per idea and shape), winner (or
-        null) and no_winner (reason)."""
+        """A JSON-ready dict: family, device, rank_shapes, rows (each with its prod_ratio
+        and rank_score), shapes (per idea and shape), winner (or null; its score is the rank
+        score) and no_winner (reason)."""
         win = None
         if self.winner is not None:
             win = {
@@ -133,6 +141,7 @@ class Board:
         return {
             "family": self.family,
             "device": self.device,
+            "rank_shapes": list(self.rank_shapes),
             "rows": [asdict(r) for r in self.rows],
             "shapes": [asdict(p) for p in self.shapes],
             "winner": win,
@@ -155,14 +164,18 @@ def _worst_err_ratio(rec: dict) -> float | None:
     return max(vals) if vals else None
 
 
-def best_record(recs: list[dict], is_current: Any) -> tuple[dict | None, bool]:
+def best_record(
+    recs: list[dict], is_current: Any, shapes: tuple[str, ...] = ("prod",)
+) -> tuple[dict | None, bool]:
     """(best record, promotable) among one idea's records (oldest first); see module doc.
-    is_current(rec) says whether the record's code_sha is the idea's current code."""
+    is_current(rec) says whether the record's code_sha is the idea's current code; records
+    rank by :func:`ladder.records.rank_score` over ``shapes`` (the family's
+    :func:`ladder.records.rank_shapes`, as the winner ranks them)."""
     if not recs:
         return None, False
 
     def ranked(pool: list[dict]) -> dict | None:
-        scored = [(records.prod_ratio(r), r) for r in pool]
+        scored = [(records.rank_score(r, shapes), r) for r in pool]
         scored = [(s, r) for s, r in scored if s is not None]
         if not scored:
             return None
@@ -178,11 +191,18 @@ def best_record(recs: list[dict], is_current: Any) -> tuple[dict | None, bool]:
     return recs[-1], False
 
 
-def row_for(folder: str, recs: list[dict], is_current: Any, explain: Any = None) -> BoardRow:
+def row_for(
+    folder: str,
+    recs: list[dict],
+    is_current: Any,
+    explain: Any = None,
+    shapes: tuple[str, ...] = ("prod",),
+) -> BoardRow:
     """The board row of one idea from its records on the device. explain(record), when
-    given, says why a stale record is stale (:func:`ladder.records.explain_stale`)."""
+    given, says why a stale record is stale (:func:`ladder.records.explain_stale`); shapes:
+    the family's rank shapes (:func:`best_record`)."""
     row = BoardRow(idea=folder, records=len(recs), baseline=records.is_baseline(folder))
-    rec, promotable = best_record(recs, is_current)
+    rec, promotable = best_record(recs, is_current, shapes)
     if rec is None:
         return row
     row.record_id = rec["record_id"]
@@ -197,6 +217,7 @@ def row_for(folder: str, recs: list[dict], is_current: Any, explain: Any = None)
     row.code_unchanged_since = rec["code_unchanged_since"]
     row.err_ratio = _worst_err_ratio(rec)
     row.prod_ratio = records.prod_ratio(rec)
+    row.rank_score = records.rank_score(rec, shapes)
     prod = next((s for s in rec["shapes"] if s["name"] == "prod"), None)
     if prod is not None:
         for direction in ("fwd", "bwd"):
@@ -286,6 +307,7 @@ def build_board(family: str, root: Path | None = None, *, device: str | None = N
     code_of = records.current_code_sha_of(family, root)
     cases_of = records.current_cases_of(family, root)
     required = promote_cases(fam)
+    rank = records.rank_shapes(fam)
     fdir = paths.family_dir(family, root)
 
     def is_current(rec: dict) -> bool:
@@ -303,6 +325,7 @@ def build_board(family: str, root: Path | None = None, *, device: str | None = N
             recs,
             is_current,
             lambda rec, d=fdir / "ideas" / folder: records.explain_stale(rec, d),
+            rank,
         )
         if required and not row.baseline:
             declared = cases_of(folder)
@@ -330,7 +353,15 @@ def build_board(family: str, root: Path | None = None, *, device: str | None = N
         for row in rows:
             if row.idea == win.idea and row.record_id == win.record["record_id"]:
                 row.winner = True
-    return Board(family=family, device=dev, rows=rows, winner=win, no_winner=reason, shapes=points)
+    return Board(
+        family=family,
+        device=dev,
+        rows=rows,
+        winner=win,
+        no_winner=reason,
+        shapes=points,
+        rank_shapes=rank,
+    )
 
 
 def _fmt(v: float | None, spec: str) -> str:
@@ -348,18 +379,34 @@ def _status(r: BoardRow) -> str:
     return (r.status or "no record") + (f" ({', '.join(flags)})" if flags else "")
 
 
+def _ranked(board: Board) -> bool:
+    """Whether the family ranks on more than prod (RANK_SHAPES): the board then shows the
+    rank score beside the prod ratio."""
+    return board.rank_shapes != ("prod",)
+
+
+def _title(board: Board) -> str:
+    dev = board.device or "any device"
+    rank = (
+        f"; rank x = geometric mean of the fwd+bwd ratios at {', '.join(board.rank_shapes)}"
+        if _ranked(board)
+        else ""
+    )
+    return f"{board.family} on {dev} (prod shape; ratio = fla / idea{rank})"
+
+
 def _board_table(board: Board) -> Any:
     from rich import box
     from rich.table import Table
 
-    dev = board.device or "any device"
     table = Table(
-        title=f"{board.family} on {dev} (prod shape; ratio = fla / idea)",
+        title=_title(board),
         box=box.SIMPLE_HEAD,
         show_edge=False,
         pad_edge=False,
         collapse_padding=True,
     )
+    ranked = _ranked(board)
     for col, justify in [
         ("", "left"),
         ("idea", "left"),
@@ -371,6 +418,7 @@ def _board_table(board: Board) -> Any:
         ("fwd\nx", "right"),
         ("bwd\nx", "right"),
         ("prod\nx", "right"),
+        *([("rank\nx", "right")] if ranked else []),
         ("fwd\n%copy", "right"),
         ("bwd\n%copy", "right"),
         ("max err\nratio", "right"),
@@ -393,6 +441,7 @@ def _board_table(board: Board) -> Any:
             _fmt(r.fwd_ratio, ".3f"),
             _fmt(r.bwd_ratio, ".3f"),
             _fmt(r.prod_ratio, ".3f"),
+            *([_fmt(r.rank_score, ".3f")] if ranked else []),
             _pct(r.fwd_fraction_of_copy),
             _pct(r.bwd_fraction_of_copy),
             _fmt(r.err_ratio, ".3f"),
@@ -407,15 +456,16 @@ def _board_table(board: Board) -> Any:
 
 def _stacked_lines(board: Board) -> list[str]:
     """The board as a few short lines per idea, for a console too narrow for the table."""
-    dev = board.device or "any device"
-    lines = [f"{board.family} on {dev} (prod shape; ratio = fla / idea)"]
+    lines = [_title(board)]
     for r in board.rows:
         lines.append("")
         lines.append(f"{'★ ' if r.winner else ''}{r.idea}  {_status(r)}")
         if r.record_id is None:
             continue
+        rank = f"  rank ratio {_fmt(r.rank_score, '.3f')}" if _ranked(board) else ""
         lines.append(
-            f"    prod ratio {_fmt(r.prod_ratio, '.3f')}  max err ratio {_fmt(r.err_ratio, '.3f')}"
+            f"    prod ratio {_fmt(r.prod_ratio, '.3f')}{rank}  "
+            f"max err ratio {_fmt(r.err_ratio, '.3f')}"
         )
         for d in ("fwd", "bwd"):
             ms, fla = getattr(r, f"{d}_ms"), getattr(r, f"fla_{d}_ms")
@@ -476,7 +526,10 @@ def render_board(board: Board, console: Any) -> None:
         )
     if board.winner is not None:
         w = board.winner
-        console.print(f"winner: {w.idea} record {w.record['record_id']} (prod ratio {w.score:.3f})")
+        console.print(
+            f"winner: {w.idea} record {w.record['record_id']} "
+            f"({records.score_text(w.score, w.rank_shapes)})"
+        )
     else:
         console.print(Text(f"no winner: {board.no_winner}"), overflow="fold")
 

@@ -78,7 +78,7 @@ def show(
     if as_json:
         typer.echo(json.dumps({k: v for k, v in rec.items() if not k.startswith("_")}, indent=2))
         return
-    render_show(rec, console())
+    render_show(rec, console(), records.rank_shapes(paths.load_family(family, ctx_root(ctx))))
     typer.echo(f"record: {rec['_path']}")
 
 
@@ -162,6 +162,7 @@ def winner(
         "idea": w.idea,
         "record_id": rec["record_id"],
         "score": w.score,
+        "rank_shapes": list(w.rank_shapes),
         "record_path": str(w.record_path),
         "device": rec["device"]["name"],
         "created": rec["created"],
@@ -174,7 +175,8 @@ def winner(
         typer.echo(json.dumps(info, indent=2))
         return
     typer.echo(
-        f"{family} winner: {w.idea} record {rec['record_id']} (prod ratio {w.score:.3f} vs fla, "
+        f"{family} winner: {w.idea} record {rec['record_id']} "
+        f"({records.score_text(w.score, w.rank_shapes)} vs fla, "
         f"{rec['device']['name']}, {rec['created']}, commit {(rec['commit'] or '')[:12]})"
     )
     typer.echo(f"record: {w.record_path}")

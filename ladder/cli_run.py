@@ -231,9 +231,13 @@ def _run_check(
     return 0
 
 
-def render_record(rec: dict, out: Any) -> None:
-    """Print a bench record's per-shape results as a table."""
+def render_record(rec: dict, out: Any, rank_shapes: tuple[str, ...] = ("prod",)) -> None:
+    """Print a bench record's per-shape results as a table, then its prod ratio and, for a
+    family ranking on more shapes (``rank_shapes``), its rank ratio
+    (:func:`ladder.recview.rank_line`)."""
     from rich.table import Table
+
+    from ladder.recview import rank_line
 
     table = Table(
         title=f"{rec['family']}/{rec['idea']} on {rec['device'].get('name', '?')}: "
@@ -294,6 +298,9 @@ def render_record(rec: dict, out: Any) -> None:
     score = records.prod_ratio(rec)
     if score is not None:
         out.print(f"prod ratio (fwd+bwd): {score:.3f}")
+    rank = rank_line(rec, rank_shapes)
+    if rank is not None:
+        out.print(rank, markup=False)
     if rec.get("error"):
         out.print(f"error: {rec['error']}", markup=False)
 
@@ -399,7 +406,7 @@ def bench(
     finally:
         if prog.live.is_started:
             prog.stop()
-    render_record(rec, con)
+    render_record(rec, con, records.rank_shapes(paths.load_family(family, opts.root)))
     con.print(f"record: {path}")
     if rec["status"] != "passed":
         raise typer.Exit(1)
@@ -450,22 +457,31 @@ def _bench_sweep(opts: Any, con: Any, prog: Any, task: Any, progress: Any, log: 
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-    table = Table(title=f"{opts.family}/{opts.idea} sweep (prod; ratio = fla / idea)")
-    for col in (*keys, "status", "fwd ms", "bwd ms", "prod x", "record"):
+    shapes = records.rank_shapes(paths.load_family(opts.family, opts.root))
+    ranked = shapes != ("prod",)
+    title = f"{opts.family}/{opts.idea} sweep (prod; ratio = fla / idea"
+    title += f"; rank x over {', '.join(shapes)})" if ranked else ")"
+    table = Table(title=title)
+    rank_col = ["rank x"] if ranked else []
+    for col in (*keys, "status", "fwd ms", "bwd ms", "prod x", *rank_col, "record"):
         table.add_column(col, justify="right" if col.endswith(("ms", "x")) else "left")
     for point, rec, _where in results:
         values = [item.partition("=")[2] for item in point]
         if rec is None:
-            table.add_row(*values, "not written", "-", "-", "-", "(see above)")
+            table.add_row(
+                *values, "not written", "-", "-", "-", *["-" for _ in rank_col], "(see above)"
+            )
             continue
         prod = next((s for s in rec["shapes"] if s["name"] == "prod" and s.get("fwd")), None)
         score = records.prod_ratio(rec)
+        rank = records.rank_score(rec, shapes)
         table.add_row(
             *values,
             rec["status"],
             f"{prod['fwd']['candidate_ms']['median']:.4f}" if prod else "-",
             f"{prod['bwd']['candidate_ms']['median']:.4f}" if prod else "-",
             f"{score:.3f}" if score is not None else "-",
+            *([f"{rank:.3f}" if rank is not None else "-"] if ranked else []),
             rec["record_id"],
         )
     con.print(table)

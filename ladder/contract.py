@@ -24,6 +24,8 @@ Required
 Optional
     CASES {case: description}, PROMOTE_CASES (tuple of case names: the cases an idea must
     implement to be promoted, i.e. what the package ships; default: any idea may win),
+    RANK_SHAPES (tuple of distinct shape names of SHAPES, "prod" among them: the shapes whose
+    fwd+bwd ratios, geometric mean, rank the family's ideas; default ("prod",)),
     baseline_retune(), contract_problems(outs, inputs), strided(inputs), shape_fields(shape),
     KNOB_RULES, INTERPRET_KNOBS, BASELINE_ON_INTERPRETER; RATIO_MIN_ELEMENTS (int >= 2) with
     RATIO_POOL_SEEDS (int >= 2), both or neither: an output whose reference has fewer values
@@ -159,6 +161,8 @@ def _problem(mod: ModuleType, name: str) -> str | None:
         if missing:
             return f"an object with the entry points as attributes (missing {', '.join(missing)})"
         return None
+    if name == "RANK_SHAPES":
+        return _rank_shapes_problem(mod, val)
     if name == "PROMOTE_CASES":
         known = family_cases(mod) if _valid_cases(mod) else DEFAULT_CASES
         ok = isinstance(val, tuple) and bool(val) and all(c in known for c in val)
@@ -200,6 +204,31 @@ def _shapes_problem(mod: ModuleType, val: Any) -> str | None:
     return None
 
 
+def _rank_shapes_problem(mod: ModuleType, val: Any) -> str | None:
+    what = (
+        'a non-empty tuple of distinct shape names of SHAPES with "prod" among them, e.g. '
+        '("prod", "<another shape>"); the winner ranks ideas on the geometric mean of their '
+        "fwd+bwd ratios at those shapes (leave RANK_SHAPES out to rank on prod alone)"
+    )
+    if not isinstance(val, tuple) or not val or not all(isinstance(v, str) for v in val):
+        return what
+    dup = sorted({v for v in val if val.count(v) > 1})
+    if dup:
+        return f"{what}; {', '.join(map(repr, dup))} appears more than once"
+    if "prod" not in val:
+        return f'{what}; "prod" is missing: add it (the winner must beat fla at prod)'
+    shapes = getattr(mod, "SHAPES", None)
+    if shapes is None:
+        return f"{what}; the family defines no SHAPES to name them from: define SHAPES"
+    known = [s.name for group in shapes.values() for s in group]
+    unknown = [v for v in val if v not in known]
+    if unknown:
+        return (
+            f"{what}; {', '.join(map(repr, unknown))} names no shape of SHAPES ({', '.join(known)})"
+        )
+    return None
+
+
 def _valid_cases(mod: ModuleType) -> bool:
     return not hasattr(mod, "CASES") or _problem(mod, "CASES") is None
 
@@ -215,8 +244,8 @@ def validate_family(mod: ModuleType, path: Path, folder: str, *, complete: bool)
     for name in names:
         if not hasattr(mod, name):
             raise BadFamily(f"{path}: {name}: missing; define it as {_WHAT[name]}")
-    order = [*REQUIRED, "CASES", "PROMOTE_CASES", "KNOB_RULES", "INTERPRET_KNOBS",
-             "RATIO_MIN_ELEMENTS", "RATIO_POOL_SEEDS", "NO_INTERPRETER",
+    order = [*REQUIRED, "CASES", "PROMOTE_CASES", "RANK_SHAPES", "KNOB_RULES",
+             "INTERPRET_KNOBS", "RATIO_MIN_ELEMENTS", "RATIO_POOL_SEEDS", "NO_INTERPRETER",
              *_OPTIONAL_CALLABLES]  # fmt: skip
     for name in order:
         if name in ("ENTRY_POINT_ARGS", "BASELINE") and not _valid_entry_points(mod):

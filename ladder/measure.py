@@ -218,7 +218,9 @@ def _host_us(
 ) -> dict[str, Any]:
     """Host time per call (timing.host_time_us) of each side's fwd without autograd and
     fwd+bwd with it, and of ``x.mul(1.0)`` on the family's first input (a one-kernel torch
-    op: the floor a call pays in Python and launch overhead), all in one interleaved run."""
+    op: the floor a call pays in Python and launch overhead), without autograd and (for a
+    float input) forward and backward through ``torch.autograd.grad``, all in one
+    interleaved run."""
     import torch
 
     def no_grad(fn: Callable[[int], Any]) -> Callable[[int], Any]:
@@ -236,12 +238,22 @@ def _host_us(
     }
     if all(isinstance(x, torch.Tensor) for x in firsts):
         fns["torch_op"] = no_grad(lambda k: firsts[k % len(firsts)].mul(1.0))
+        if all(x.is_floating_point() for x in firsts):
+            leaves = [x.detach().requires_grad_(True) for x in firsts]
+            grads = [torch.ones_like(x) for x in firsts]
+
+            def op_fwdbwd(k: int) -> Any:
+                i = k % len(leaves)
+                return torch.autograd.grad(leaves[i].mul(1.0), leaves[i], grads[i])
+
+            fns["torch_op_fwdbwd"] = op_fwdbwd
     us = timing.host_time_us(fns, calls=HOST_CALLS, rounds=HOST_ROUNDS, clock=clock)
     out: dict[str, Any] = {"calls": HOST_CALLS, "rounds": HOST_ROUNDS}
     for d in HOST_DIRECTIONS:
         out[d] = {side: us[f"{d}.{side}"] for side in ("candidate", "baseline")}
-    if "torch_op" in us:
-        out["torch_op"] = us["torch_op"]
+    for key in ("torch_op", "torch_op_fwdbwd"):
+        if key in us:
+            out[key] = us[key]
     return out
 
 

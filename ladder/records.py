@@ -38,6 +38,10 @@ from ladder.recwinner import (
     explain_stale,
     is_baseline,
     prod_ratio,
+    rank_score,
+    rank_shapes,
+    score_text,
+    shape_ratio,
     winner,
 )
 
@@ -63,8 +67,12 @@ __all__ = [
     "explain_stale",
     "is_baseline",
     "prod_ratio",
+    "rank_score",
+    "rank_shapes",
     "read_record",
     "rescue_record",
+    "score_text",
+    "shape_ratio",
     "validate_record",
     "winner",
     "write_record",

@@ -15,7 +15,9 @@ records", schema_version 1). Fields beyond docs/DESIGN.md's list:
     shapes[i].host_us  {calls, rounds, fwd: {candidate, baseline}, fwdbwd: {...}, torch_op}:
                     host microseconds per call (median over rounds of ``calls`` back-to-back
                     calls with the GPU kept busy); fwd without autograd, fwdbwd with it;
-                    torch_op is ``x.mul(1.0)`` on the first input, timed in the same run
+                    torch_op is ``x.mul(1.0)`` on the first input, timed in the same run;
+                    torch_op_fwdbwd (records since it was added) the same op's forward and
+                    backward through autograd, the floor of fwdbwd
     shapes[i].peak_mem_bytes  {candidate, baseline}: peak CUDA memory of one fwd+bwd above
                     what was allocated before it
 
@@ -184,8 +186,9 @@ class _V:
             sides = self.dict_(h, direction, f"{field}.{direction}")
             for side in ("candidate", "baseline"):
                 self.number(sides, side, f"{field}.{direction}.{side}", positive=True)
-        if "torch_op" in h:
-            self.number(h, "torch_op", f"{field}.torch_op", positive=True)
+        for key in ("torch_op", "torch_op_fwdbwd"):
+            if key in h:
+                self.number(h, key, f"{field}.{key}", positive=True)
 
     def peak_mem(self, shape: dict, field: str) -> None:
         m = self.dict_(shape, "peak_mem_bytes", field)

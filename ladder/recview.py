@@ -8,9 +8,9 @@ fraction of the copy ceiling measured in the same run.
 ``ladder compare`` puts two records side by side, shape by shape (only shapes both have,
 timed in both): each side's candidate median per direction and ``b / a`` of those times
 (< 1: b is faster). An idea stands for its best record on the device (the board's choice:
-best promotable by prod ratio, else best passed, else latest). Records made on different
-devices, stack versions or harness code are said to be so: their times are not comparable
-to the last digit.
+best promotable by the family's rank score, else best passed, else latest). Records made
+on different devices, stack versions or harness code are said to be so: their times are
+not comparable to the last digit.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 from ladder import paths, records
 from ladder.paths import LadderError
 
-__all__ = ["compare", "find_record", "render_compare", "render_show", "resolve_side"]
+__all__ = ["compare", "find_record", "rank_line", "render_compare", "render_show", "resolve_side"]
 
 DIRECTIONS = ("fwd", "bwd", "fwdbwd")
 
@@ -76,7 +76,7 @@ def resolve_side(family: str, ref: str, root: Path | None, device: str | None) -
         if dev.lower() in r["device"]["name"].lower()
     ]
     code_of = records.current_code_sha_of(family, root)
-    rec, _ = best_record(recs, lambda r: r["code_sha"] == code_of(folder))
+    rec, _ = best_record(recs, lambda r: r["code_sha"] == code_of(folder), records.rank_shapes(fam))
     if rec is None:
         raise LadderError(
             f"idea {folder} has no record on a device matching {dev!r}; bench it, or pass "
@@ -93,8 +93,28 @@ def _tbps(min_bytes: int, ms: float) -> float:
     return min_bytes / (ms * 1e-3) / 1e12
 
 
-def render_show(rec: dict, console: Any) -> None:
-    """Print one record: what was benched, then per shape its errors and its timings."""
+def rank_line(rec: dict, shapes: tuple[str, ...]) -> str | None:
+    """The line printed under a passed record of a family that ranks on more than prod
+    (``shapes``: its :func:`ladder.records.rank_shapes`): its rank ratio, the score the
+    winner ranks it by, or why it has none (a rank shape lacks fwd and bwd timing, so it
+    cannot win). None for a family ranking on prod alone, or a record that did not pass."""
+    if tuple(shapes) == ("prod",) or rec.get("status") != "passed":
+        return None
+    names = ", ".join(shapes)
+    score = records.rank_score(rec, shapes)
+    if score is None:
+        return (
+            f"no rank ratio: this record does not time fwd and bwd at every rank shape "
+            f"({names}), so it cannot win; bench with `--shapes {','.join(shapes)}` or "
+            "`--shapes all`"
+        )
+    return f"rank ratio (geometric mean of the fwd + bwd ratios at {names}): {score:.3f}"
+
+
+def render_show(rec: dict, console: Any, rank_shapes: tuple[str, ...] = ("prod",)) -> None:
+    """Print one record: what was benched, then per shape its errors and its timings, its
+    prod ratio and, for a family ranking on more shapes (``rank_shapes``), its rank ratio
+    (:func:`rank_line`)."""
     from rich import box
     from rich.table import Table
     from rich.text import Text
@@ -170,6 +190,9 @@ def render_show(rec: dict, console: Any) -> None:
     score = records.prod_ratio(rec)
     if score is not None:
         console.print(f"prod ratio (fwd + bwd): {score:.3f}")
+    rank = rank_line(rec, rank_shapes)
+    if rank is not None:
+        console.print(Text(rank), overflow="fold")
 
 
 def _shape_label(shape: dict) -> str:

@@ -1,12 +1,15 @@
-"""The winner of a family: its promotable record with the best prod ratio, and why a record
-that would have ranked above it is stale (docs/DESIGN.md "Bench records").
+"""The winner of a family: its promotable record with the best rank score (the prod ratio, or
+the geometric mean of the ratios at the family's RANK_SHAPES), and why a record that would
+have ranked above it is stale (docs/DESIGN.md "Bench records").
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 from ladder import paths
 from ladder.contract import missing_promote_cases, promote_cases, static_idea_cases
@@ -21,6 +24,10 @@ __all__ = [
     "explain_stale",
     "is_baseline",
     "prod_ratio",
+    "rank_score",
+    "rank_shapes",
+    "score_text",
+    "shape_ratio",
     "winner",
 ]
 
@@ -47,10 +54,11 @@ def _shape(rec: dict, name: str) -> dict | None:
     return next((s for s in rec.get("shapes", []) if s.get("name") == name), None)
 
 
-def prod_ratio(rec: dict) -> float | None:
-    """(baseline fwd + bwd medians) / (candidate fwd + bwd medians) at the ``prod`` shape, or
-    None when the record has no timed prod shape."""
-    s = _shape(rec, "prod")
+def shape_ratio(rec: dict, name: str) -> float | None:
+    """(baseline fwd + bwd medians) / (candidate fwd + bwd medians) at the record's shape
+    ``name`` (> 1: faster than fla), or None when the record has no such shape with both fwd
+    and bwd timed."""
+    s = _shape(rec, name)
     if s is None or not s.get("fwd") or not s.get("bwd"):
         return None
     base = s["fwd"]["baseline_ms"]["median"] + s["bwd"]["baseline_ms"]["median"]
@@ -58,9 +66,51 @@ def prod_ratio(rec: dict) -> float | None:
     return base / cand
 
 
+def prod_ratio(rec: dict) -> float | None:
+    """:func:`shape_ratio` at the ``prod`` shape: (baseline fwd + bwd medians) / (candidate
+    fwd + bwd medians), or None when the record has no timed prod shape."""
+    return shape_ratio(rec, "prod")
+
+
+def rank_shapes(fam: ModuleType) -> tuple[str, ...]:
+    """The shape names whose fwd+bwd ratios rank a family's ideas: its RANK_SHAPES (checked
+    on load by :func:`ladder.contract.validate_family`), ("prod",) when it sets none."""
+    return tuple(getattr(fam, "RANK_SHAPES", ("prod",)))
+
+
+def rank_score(rec: dict, shapes: tuple[str, ...] = ("prod",)) -> float | None:
+    """The score that ranks a record: the geometric mean over ``shapes`` (a family's
+    :func:`rank_shapes`) of each shape's :func:`shape_ratio`; exactly :func:`prod_ratio` for
+    ("prod",). None when the record lacks fwd and bwd timing at any of the shapes (such a
+    record is never promoted). Raises ValueError for an empty ``shapes``."""
+    if not shapes:
+        raise ValueError("rank_score: shapes is empty; pass the family's rank_shapes(fam)")
+    ratios = [shape_ratio(rec, name) for name in shapes]
+    if any(r is None for r in ratios):
+        return None
+    if len(ratios) == 1:
+        return ratios[0]
+    return math.exp(math.fsum(math.log(r) for r in ratios) / len(ratios))
+
+
+def score_text(score: float, shapes: tuple[str, ...] = ("prod",)) -> str:
+    """A rank score as printed beside a winner: "prod ratio 1.500" for ("prod",), else
+    "rank ratio 1.500 over prod, a, b" (the geometric mean over those shapes)."""
+    if tuple(shapes) == ("prod",):
+        return f"prod ratio {score:.3f}"
+    return f"rank ratio {score:.3f} over {', '.join(shapes)}"
+
+
+def _no_timing_label(shapes: tuple[str, ...]) -> str:
+    if tuple(shapes) == ("prod",):
+        return "no prod timing"
+    return f"no timing at every rank shape ({', '.join(shapes)})"
+
+
 @dataclass
 class Winner:
-    """The promotable record with the best prod ratio. idea: the idea folder name.
+    """The promotable record with the best rank score. idea: the idea folder name. score:
+    its :func:`rank_score` over ``rank_shapes`` (the family's; ("prod",): the prod ratio).
     passed_over: one line per stale record that would have ranked above it, saying which
     files made it stale (empty when staleness is judged at a commit, as the vendor does)."""
 
@@ -69,6 +119,7 @@ class Winner:
     record_path: Path
     score: float
     passed_over: list[str] = field(default_factory=list)
+    rank_shapes: tuple[str, ...] = ("prod",)
 
 
 def is_baseline(folder: str) -> bool:
@@ -153,21 +204,26 @@ def winner(
     """The family's winner among its records.
 
     Promotable: not the baseline idea (``000-*``), status "passed", dirty false, device name
-    containing ``device`` (case-insensitive; default the family's TARGET_DEVICE), a timed
-    prod shape, and code_sha equal to ``code_sha_of(idea folder name)`` (default: the
-    working tree's code), every case of the family's PROMOTE_CASES among the idea's CASES
+    containing ``device`` (case-insensitive; default the family's TARGET_DEVICE), fwd and
+    bwd timed at every rank shape (:func:`rank_shapes`: the family's RANK_SHAPES, else
+    prod), code_sha equal to ``code_sha_of(idea folder name)`` (default: the working tree's
+    code), every case of the family's PROMOTE_CASES among the idea's CASES
     (``cases_of(idea folder name)``, default: its working-tree kernel.py, read statically;
-    pass the lookup that matches ``code_sha_of``), and faster than fla at prod (prod ratio
-    above 1: a slower idea is research, not a release). Best: highest :func:`prod_ratio`; ties go to the earliest created,
-    then the smallest record_id. explain(record) says why a stale record is stale (default:
-    :func:`explain_stale` against the working tree when ``code_sha_of`` is the default, else
-    nothing). Raises NoWinner with the reason each record was passed over.
+    pass the lookup that matches ``code_sha_of``), and faster than fla at prod and overall
+    (prod ratio and rank score above 1: a slower idea is research, not a release). Best:
+    highest :func:`rank_score` (the prod ratio for a family without RANK_SHAPES); ties go to
+    the earliest created, then the smallest record_id. explain(record) says why a stale
+    record is stale (default: :func:`explain_stale` against the working tree when
+    ``code_sha_of`` is the default, else nothing). Raises NoWinner with the reason each
+    record was passed over.
     """
     recs = load_records(family, root)
     fam = paths.load_family(family, root)
     if device is None:
         device = str(fam.TARGET_DEVICE)
     required = promote_cases(fam)
+    ranked_on = rank_shapes(fam)
+    no_timing = _no_timing_label(ranked_on)
     sha_of = code_sha_of or current_code_sha_of(family, root)
     ideas_cases = cases_of or current_cases_of(family, root)
     if explain is None and code_sha_of is None:
@@ -181,7 +237,7 @@ def winner(
         "not passed": 0,
         "dirty": 0,
         "other device": 0,
-        "no prod timing": 0,
+        no_timing: 0,
         "stale": 0,
         "not faster than fla": 0,
         "missing a case the family promotes": 0,
@@ -204,16 +260,17 @@ def winner(
         if device.lower() not in rec["device"]["name"].lower():
             reasons["other device"] += 1
             continue
-        score = prod_ratio(rec)
+        score = rank_score(rec, ranked_on)
         if score is None:
-            reasons["no prod timing"] += 1
+            reasons[no_timing] += 1
             continue
         folder = Path(rec["_path"]).parent.parent.name
         if rec["code_sha"] != sha_of(folder):
             reasons["stale"] += 1
             stale.append((score, rec))
             continue
-        if not score > 1.0:  # promoting it would make the package slower than fla
+        prod = score if ranked_on == ("prod",) else prod_ratio(rec)
+        if not (score > 1.0 and prod > 1.0):  # promoting it would make the package slower
             reasons["not faster than fla"] += 1
             continue
         if required:
@@ -237,7 +294,7 @@ def winner(
                 f"`python -m ladder bench {family} <idea>`"
             )
         parts = [f"{n} {label}" for label, n in reasons.items() if n]
-        why = "; ".join(_stale_lines(stale, explain, limit=3))
+        why = "; ".join(_stale_lines(stale, explain, limit=3, shapes=ranked_on))
         cases = "; ".join(
             [f"{f} lacks {', '.join(c)}" for f, c in sorted(lacking.items())]
             + [
@@ -259,6 +316,11 @@ def winner(
             if all(label in fixable for label, n in reasons.items() if n and label != "baseline")
             else f"; commit, then `python -m ladder bench {family} <idea>` on a clean tree"
         )
+        if reasons[no_timing] and ranked_on != ("prod",):
+            advice += (
+                f"; one record must time every rank shape (RANK_SHAPES): bench with "
+                f"`--shapes {','.join(ranked_on)}` or `--shapes all`"
+            )
         raise NoWinner(
             f"no promotable {family} record on a device matching {device!r} among {len(recs)} "
             f"({', '.join(parts)}){'; ' + why if why else ''}{cases}{advice}",
@@ -273,15 +335,21 @@ def winner(
         idea=path.parent.parent.name,
         record_path=path,
         score=score,
-        passed_over=_stale_lines(above, explain, limit=5),
+        passed_over=_stale_lines(above, explain, limit=5, shapes=ranked_on),
+        rank_shapes=ranked_on,
     )
 
 
 def _stale_lines(
-    stale: list[tuple[float, dict]], explain: Callable[[dict], str] | None, *, limit: int
+    stale: list[tuple[float, dict]],
+    explain: Callable[[dict], str] | None,
+    *,
+    limit: int,
+    shapes: tuple[str, ...],
 ) -> list[str]:
-    """'<idea> record <id> (prod x) is stale: <why>' for the best-scoring stale records, one
-    per idea, at most ``limit``; [] without an explainer."""
+    """'<idea> record <id> (prod 3.040x) is stale: <why>' ('(rank 3.040x over 3 shapes)'
+    when ``shapes``, the rank shapes, are not just prod) for the best-scoring stale records,
+    one per idea, at most ``limit``; [] without an explainer."""
     if explain is None:
         return []
     out, seen = [], set()
@@ -290,9 +358,12 @@ def _stale_lines(
         if folder in seen:
             continue
         seen.add(folder)
-        out.append(
-            f"{folder} record {rec['record_id']} (prod {score:.3f}x) is stale: {explain(rec)}"
+        what = (
+            f"prod {score:.3f}x"
+            if shapes == ("prod",)
+            else f"rank {score:.3f}x over {len(shapes)} shapes"
         )
+        out.append(f"{folder} record {rec['record_id']} ({what}) is stale: {explain(rec)}")
         if len(out) == limit:
             break
     return out

@@ -284,3 +284,35 @@ def test_show_labels_any_familys_shape_fields() -> None:
     assert _shape_label(kda) == "prod B16 T8192 H16 K128 case=dense"
     cconv = {"name": "w2", "B": 16, "T": 8192, "D": 2048, "W": 2, "x_dtype": "bfloat16"}
     assert _shape_label(cconv) == "w2 B16 T8192 D2048 W2 x_dtype=bfloat16"
+
+
+def test_bench_of_a_family_ranking_on_several_shapes_says_the_rank_ratio(cpu_gpu) -> None:
+    """With RANK_SHAPES, a sweep's table has the rank score of each point, and a bench that
+    times only some of the rank shapes says it cannot win."""
+    root, _ = cpu_gpu
+    rank = ("prod", "d16-w2")
+    fam = root / "kernels" / "toy" / "family.py"
+    fam.write_text(fam.read_text() + f"\nRANK_SHAPES = {rank!r}\n")
+    result = run(
+        "bench", "toy", "4", "--shapes", "prod,d16-w2", "--rounds", "1", "--reps", "1",
+        "--seed", "5", "--knob", "TOY_BLOCK4=16,32",
+        root=root,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "rank x over prod, d16-w2" in result.stdout
+    recs = records.load_idea_records(idea_path(root, "004-flaky"))
+    assert len(recs) == 2
+    for rec in recs:  # the point's row: its knob, status, fwd ms, bwd ms, prod x, rank x, id
+        line = next(ln for ln in result.stdout.splitlines() if rec["record_id"] in ln and "│" in ln)
+        cells = [c.strip() for c in line.strip("│ ").split("│")]
+        score = records.rank_score(rec, rank)
+        assert score is not None and cells[4:] == [
+            f"{records.prod_ratio(rec):.3f}",
+            f"{score:.3f}",
+            rec["record_id"],
+        ]
+    single = run("bench", "toy", "4", "--shapes", "prod", "--rounds", "1", "--reps", "1", root=root)
+    assert single.exit_code == 0, single.output
+    assert "no rank ratio: this record does not time fwd and bwd at every rank shape" in (
+        " ".join(single.stdout.split())
+    )

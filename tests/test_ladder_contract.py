@@ -67,6 +67,13 @@ def _edit_family(root: Path, tail: str, family: str = "toy") -> Path:
         ("CASES = {'varlen': 'packed'}", "SHAPES", "has case 'dense', not one of CASES"),
         ("PROMOTE_CASES = ('dense', 'varlen')", "PROMOTE_CASES", "tuple of the family's cases"),
         ("PROMOTE_CASES = ['dense']", "PROMOTE_CASES", "a non-empty tuple"),
+        ("RANK_SHAPES = ('d16-w2',)", "RANK_SHAPES", '"prod" is missing: add it'),
+        ("RANK_SHAPES = ('prod', 'd99')", "RANK_SHAPES", "'d99' names no shape of SHAPES (prod,"),
+        ("RANK_SHAPES = ('prod', 'd16-w2', 'prod')", "RANK_SHAPES", "'prod' appears more than"),
+        ("RANK_SHAPES = ['prod', 'd16-w2']", "RANK_SHAPES", "a non-empty tuple of distinct"),
+        ("RANK_SHAPES = 'prod'", "RANK_SHAPES", "a non-empty tuple of distinct shape names"),
+        ("RANK_SHAPES = ()", "RANK_SHAPES", "got ()"),
+        ("RANK_SHAPES = ('prod', 2)", "RANK_SHAPES", "leave RANK_SHAPES out to rank on prod"),
         ("FAMILY = 'other'", "FAMILY", "must be 'toy' (the folder name)"),
     ],
 )
@@ -107,6 +114,26 @@ def test_a_broken_core_fails_board_in_one_line(tmp_path: Path) -> None:
     path = _edit_family(root, "del TARGET_DEVICE")
     one_line_error(run_cli(root, "board", "toy"), f"{path}: TARGET_DEVICE: missing")
     one_line_error(run_cli(root, "winner", "toy"), "TARGET_DEVICE: missing")
+
+
+def test_rank_shapes_that_name_shapes_of_the_family_load(tmp_path: Path) -> None:
+    root = copy_toy(tmp_path)
+    _edit_family(root, "RANK_SHAPES = ('d16-w2', 'prod', 's-b1-t5-d4-w3')")
+    fam = paths.load_family("toy", root, complete=True)
+    assert fam.RANK_SHAPES == ("d16-w2", "prod", "s-b1-t5-d4-w3")
+
+
+def test_rank_shapes_without_shapes_is_a_one_line_error(tmp_path: Path) -> None:
+    """A family still being written boards on its core alone, but RANK_SHAPES, when set,
+    needs SHAPES to name its shapes from."""
+    root = copy_scan(tmp_path)
+    path = root / "kernels/scan/family.py"
+    path.write_text(
+        '"""Half written."""\n\nFAMILY = "scan"\nENTRY_POINTS = ("scan_fwd", "scan_bwd")\n'
+        'TARGET_DEVICE = "H200"\nRANK_SHAPES = ("prod", "long")\n'
+    )
+    err = one_line_error(run_cli(root, "board", "scan"), f"{path}: RANK_SHAPES: must be ")
+    assert "the family defines no SHAPES to name them from: define SHAPES" in err
 
 
 def test_shape_fields_default_and_hook() -> None:

@@ -66,6 +66,7 @@ def test_bench_prod_end_to_end(tmp_path: Path) -> None:
         for d in ("fwd", "fwdbwd"):
             assert 0 < prod["host_us"][d][side] < 100_000
     assert 0 < prod["host_us"]["torch_op"] < prod["host_us"]["fwdbwd"]["baseline"]
+    assert prod["host_us"]["torch_op"] < prod["host_us"]["torch_op_fwdbwd"]
     assert records.prod_ratio(rec) is not None
     assert sorted(p.name for p in idea_records.iterdir()) == before
 

@@ -209,6 +209,8 @@ def test_bench_records_only_the_cases_an_idea_implements(tmp_path: Path, env) ->
         for d in ("fwd", "fwdbwd"):
             assert host[d]["candidate"] > 0 and host[d]["baseline"] > 0
         assert host["torch_op"] > 0
+        # the same op through autograd, forward and backward, costs more than its forward
+        assert host["torch_op_fwdbwd"] > host["torch_op"]
         # the scan's python loops cost far more host time than one torch op
         assert host["fwd"]["baseline"] > host["torch_op"]
     # one probe per side per shape, candidate first, each a real fwd+bwd callable

@@ -370,7 +370,7 @@ def _record_notes(
 def _winner_note(repo: Path, head: str, spec: vl.FamilySpec, record: dict[str, str]) -> str:
     """'' when the vendored record is still the family's winner at HEAD, else why not."""
     from ladder.paths import LadderError
-    from ladder.records import NoWinner, winner
+    from ladder.records import NoWinner, score_text, winner
 
     code_sha_of, cases_of = vl.idea_lookups(repo, head, spec)
     try:
@@ -385,9 +385,9 @@ def _winner_note(repo: Path, head: str, spec: vl.FamilySpec, record: dict[str, s
     if won.record["record_id"] == record["record_id"]:
         return ""
     return (
-        f"the winner at HEAD is {won.idea} record {won.record['record_id']} (prod ratio "
-        f"{won.score:.3f}), not the vendored {record['idea']} record {record['record_id']}; "
-        f"re-vendor (`make vendor FAMILY={spec.family}`)"
+        f"the winner at HEAD is {won.idea} record {won.record['record_id']} "
+        f"({score_text(won.score, won.rank_shapes)}), not the vendored {record['idea']} "
+        f"record {record['record_id']}; re-vendor (`make vendor FAMILY={spec.family}`)"
     )
 
 

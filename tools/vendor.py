@@ -3,8 +3,9 @@
     python tools/vendor.py FAMILY [--idea NNN] [--record RECORD_ID] [--commit SHA]
                                   [--dry-run] [--repo PATH]
 
-Takes the family's winner (the promotable record with the best prod ratio, its code checked
-at the commit) unless ``--idea`` / ``--record`` choose; reads the idea's modules from git at
+Takes the family's winner (the promotable record with the best rank score: the prod ratio,
+or the geometric mean of the ratios at the family's RANK_SHAPES; its code checked at the
+commit) unless ``--idea`` / ``--record`` choose; reads the idea's modules from git at
 the commit (HEAD by default); freezes the knobs to the record's values, decides the branches
 they settle, drops what became unused, rewrites imports between ideas; and replaces
 ``package/src/kernel_fun/<family>/_kernels/`` and ``_provenance.py`` with the result, all

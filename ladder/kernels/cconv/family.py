@@ -50,6 +50,7 @@ __all__ = [
     "baseline_retune",
     "CASES",
     "PROMOTE_CASES",
+    "RANK_SHAPES",
     "CASE_ENTRY_POINTS",
     "CaseShape",
     "case_lengths",
@@ -108,6 +109,8 @@ VENDOR = {
         "007-case-loop-bwd": {"kernel": "strip7"},  # imports 002's, 004's and 006's
         "008-case-loop-small-grid": {"kernel": "strip8"},  # imports 004's to 007's
         "009-case-bwd-kahan-dw": {"kernel": "strip9"},  # imports 002's, 007's and 008's
+        # imports 004's, 005's and 009's (and through them 002's, 006's to 008's)
+        "010-launch-cache": {"kernel": "strip10", "launch": "launch10"},
     },
 }
 
@@ -512,6 +515,20 @@ SHAPES["sweep"] += [
     CaseShape("fp32-x", 8, 8192, 2048, 4, "float32", case="fp32"),
     CaseShape("decode-b1-t1", 1, 1, 2048, 4, case="state", state=True),
 ]
+# What ranks the family's ideas (ladder.records.rank_score): the geometric mean of the fwd+bwd
+# ratios at these shapes, from one record that times them all. The prod call alone would
+# rank an idea by the dense case only, while KDA and GatedDeltaNet training passes packed
+# sequences, prefill asks for states, and small calls (short sequences, decode) are where a
+# launch-bound kernel loses; the winner is what every one of those users gets.
+RANK_SHAPES = (
+    "prod",
+    "packed-131072-d2048",
+    "prod-bias-residual",
+    "prefill-state",
+    "b1-t4096-d768",
+    "b4-t2048",
+    "decode-b1-t1",
+)
 SHAPES["small"] += [
     CaseShape("s-bias-residual", 2, 37, 40, 4, case="bias-residual", bias=True, residual=True),
     CaseShape(
