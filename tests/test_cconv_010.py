@@ -211,3 +211,18 @@ def test_the_dense_entry_points_launch_through_the_cache(monkeypatch):
     k10.cconv_bwd(x, w, torch.randn_like(x))
     ((grid, args, kwargs, extra),) = seen[k10._BWD_FIXED.kernel]
     assert args[0] is x and args[-2:] == (40 * 24, 24) and extra == (24,)
+
+
+@pytest.mark.parametrize("small", [False, True])
+def test_segment_rules_are_004s_and_005s(small):
+    """010's host-integer segment rules give 004's and 005's segments at every size."""
+    from ladder.kernels.cconv.ideas.i004 import kernel as k4
+    from ladder.kernels.cconv.ideas.i005 import kernel as k5
+
+    for B in (1, 2, 4, 16, 64):
+        for T in (1, 2, 7, 8, 9, 63, 64, 65, 1000, 2048, 4096, 8191, 8192, 65536, 131072):
+            for D in (16, 40, 255, 256, 768, 1024, 2048, 4096, 5000):
+                assert k10._segment(B, T, D) == k4._segment(B, T, D), (B, T, D)
+                got = k10._segment_small(B, T, D, small)
+                assert got == k5._segment(B, T, D, small), (B, T, D, small)
+                assert k10._cdiv(T, got) == triton.cdiv(T, got)

@@ -377,6 +377,52 @@ class _CausalConv1d(torch.autograd.Function):
         )
 
 
+_NO_CASE = (False, False, False, False)
+
+
+def _dense_fast(x: Any, weight: Any, activation: Any, backend: Any, options: tuple) -> bool:
+    """True when the call is certainly the dense case (x bf16/fp16 [B, T, D], silu, every
+    optional argument absent) with every check of the full gate (`_classify`) passing, on
+    cheap attribute reads. Any doubt answers False and the full gate decides, so the two
+    never disagree on a call this accepts. `options`: fla's optional arguments as passed."""
+    bias, residual, h0, ofs, cu, cu_cpu, chunk_indices, cp_context = options
+    if not (
+        bias is None and residual is None and h0 is None and cu is None and cu_cpu is None
+        and chunk_indices is None and cp_context is None and (ofs is False or ofs is None)
+    ):  # fmt: skip
+        return False
+    if type(activation) is not str or activation not in ("silu", "swish"):
+        return False
+    if type(backend) is not str or backend != "triton":
+        return False
+    if not (isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor)):
+        return False
+    if x.dtype not in STRIP_X_DTYPES or x.dim() != 3 or weight.dim() != 2:
+        return False
+    B, T, D = x.shape
+    W = weight.shape[1]
+    if weight.shape[0] != D or not 1 <= W <= MAX_W or not weight.is_floating_point():
+        return False
+    if B * T * D == 0 or B > MAX_B or weight.device != x.device:
+        return False
+    # the switches (read now), a CUDA tensor, a tested architecture; then capture, whose
+    # rules the full gate applies
+    if support.triton_unsupported_reason(x, FAMILY) is not None or support.capturing():
+        return False
+    return compat.engage(FAMILY)
+
+
+def _dense_call(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """y of a call `_dense_fast` accepted: through the autograd function when a gradient is
+    wanted, else the dense forward alone (no autograd node to build)."""
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+        return _CausalConv1dSilu.apply(x, weight)
+    with _on(x):
+        y = _dense().cconv_fwd(x, weight)
+    support.mark_warm(_warm_sig(x, weight, _NO_CASE), "fwd")
+    return y
+
+
 def _options(
     bias: Any,
     residual: Any,
@@ -400,7 +446,6 @@ def _options(
     }
 
 
-@torch.compiler.disable
 def causal_conv1d(
     x: torch.Tensor,
     weight: torch.Tensor | None = None,
@@ -425,8 +470,25 @@ def causal_conv1d(
     run; anything else, including every argument this package does not know, is passed to
     fla unchanged, so it returns (or raises) exactly what fla does. Errors: none of its own;
     fla's for inputs fla rejects. One difference on our path: the final state's gradient
-    reaches x in every slot (fla 0.6.0 drops slot 0's).
+    reaches x in every slot (fla 0.6.0 drops slot 0's). Opaque to torch.compile: traced,
+    it calls a `torch.compiler.disable`d copy of itself (eager calls skip that wrapper's
+    cost).
     """
+    opts = (bias, residual, initial_state, output_final_state, cu_seqlens, cu_seqlens_cpu,
+            chunk_indices, cp_context)  # fmt: skip
+    if torch.compiler.is_compiling():
+        return _causal_conv1d_opaque(x, weight, activation, backend, opts, kwargs)
+    if not kwargs and _dense_fast(x, weight, activation, backend, opts):
+        return _dense_call(x, weight), None
+    return _causal_conv1d(x, weight, activation, backend, opts, kwargs)
+
+
+def _causal_conv1d(
+    x: Any, weight: Any, activation: Any, backend: Any, opts: tuple, kwargs: dict[str, Any]
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """causal_conv1d past the fast path: the full gate, then our kernels or fla."""
+    (bias, residual, initial_state, output_final_state, cu_seqlens, cu_seqlens_cpu,
+     chunk_indices, cp_context) = opts  # fmt: skip
     options = _options(
         bias, residual, initial_state, output_final_state,
         cu_seqlens, cu_seqlens_cpu, chunk_indices, cp_context,
@@ -454,6 +516,9 @@ def causal_conv1d(
     return _CausalConv1d.apply(
         x, weight, bias, residual, initial_state, output_final_state, activation, cu_seqlens
     )
+
+
+_causal_conv1d_opaque = torch.compiler.disable(_causal_conv1d)
 
 
 def is_supported(
@@ -531,7 +596,6 @@ def _update_reason(x, cache, residual, weight, bias, activation) -> str | None:
     return None
 
 
-@torch.compiler.disable
 def causal_conv1d_update(
     x: torch.Tensor,
     cache: torch.Tensor,
@@ -546,8 +610,16 @@ def causal_conv1d_update(
     x: [N, D], [1, N, D] or [N, 1, D]; cache: [N, D, W], updated in place to
     [cache[..., 1:], x]; residual like x; weight [D, W]; bias [D]. Returns (y, cache): y =
     act(sum_k weight[:, k] cache[:, :, k] + bias) + residual, shaped like x, in x's dtype.
-    Outside the supported box the call is fla's, verbatim (same result or error).
+    Outside the supported box the call is fla's, verbatim (same result or error). Opaque to
+    torch.compile, as causal_conv1d.
     """
+    if torch.compiler.is_compiling():
+        return _update_opaque(x, cache, residual, weight, bias, activation)
+    return _update(x, cache, residual, weight, bias, activation)
+
+
+def _update(x, cache, residual, weight, bias, activation):
+    """causal_conv1d_update's gate, then our decode kernel or fla's call."""
     try:
         reason = _update_reason(x, cache, residual, weight, bias, activation)
     except Exception as exc:
@@ -564,6 +636,9 @@ def causal_conv1d_update(
             x, cache, residual, weight, bias.contiguous() if bias is not None else None,
             activation,
         )  # fmt: skip
+
+
+_update_opaque = torch.compiler.disable(_update)
 
 
 def warmup(

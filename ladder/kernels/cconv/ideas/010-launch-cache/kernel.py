@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 
 import torch
-import triton
 from ladder.kernels.cconv.ideas.i002.kernel import AUTOTUNE, FIXED_G, FIXED_WARPS, SMALL_WORK
 from ladder.kernels.cconv.ideas.i004 import kernel as k4
 from ladder.kernels.cconv.ideas.i005 import kernel as k5
@@ -70,6 +69,33 @@ def launches() -> dict[str, tuple[int, int]]:
     return {k: (c.hits, c.misses) for k, c in named.items() if c is not None}
 
 
+def _cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for ints. (``triton.cdiv`` called from the host goes through a JIT
+    function's call machinery: a few microseconds each.)"""
+    return -(-a // b)
+
+
+def _segment(B: int, T: int, D: int) -> int:
+    """004's rows per program (k4._segment), in host integer arithmetic."""
+    strips = max(1, D // 1024)
+    ts = (B * T * strips) // k4.TARGET_PROGRAMS
+    ts = max(k4.MIN_SEG, (ts // k4.SEG_ALIGN) * k4.SEG_ALIGN)
+    return min(ts, _cdiv(T, k4.SEG_ALIGN) * k4.SEG_ALIGN)
+
+
+def _segment_small(B: int, T: int, D: int, small: bool) -> int:
+    """005's rows per program (k5._segment: 004's, shortened on a small call on the fixed
+    configuration until about MIN_PROGRAMS programs), in host integer arithmetic."""
+    ts = _segment(B, T, D)
+    if not small or k5.MIN_PROGRAMS <= 0:
+        return ts
+    nd = _cdiv(D, _FIXED_BD)
+    if nd * B * _cdiv(T, ts) >= k5.MIN_PROGRAMS:
+        return ts
+    want = (B * T * nd) // k5.MIN_PROGRAMS
+    return min(ts, max(k5.MIN_SEG_SMALL, (want // k4.SEG_ALIGN) * k4.SEG_ALIGN))
+
+
 def _launch(cache: launch.CachedLaunch, grid, args: tuple, kwargs: dict, D: int) -> None:
     if LAUNCH_CACHE:
         cache.launch(grid, args, kwargs, (D,))
@@ -93,17 +119,17 @@ def cconv_fwd(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     if B * T * D == 0:
         return y
     tuned = AUTOTUNE and B * T * D >= SMALL_WORK
-    TS = k5._segment(B, T, D, not tuned)
+    TS = _segment_small(B, T, D, not tuned)
     NS = (T + TS - 1) // TS
     fast = k4.FAST_SIGMOID and x.dtype == torch.bfloat16
     sxb, sxt, sxd = x.stride()
     args = (x, w, y, T, D, TS, k4._work_bucket(B, T, D), sxb, sxt, sxd, T * D, D)
     even = T % TS == 0
     if tuned:
-        grid = lambda m: (triton.cdiv(D, m["BD"]), NS, B)  # noqa: E731
+        grid = lambda m: (_cdiv(D, m["BD"]), NS, B)  # noqa: E731
         _launch(_FWD_TUNED, grid, args, {"W": W, "FAST": fast, "EVEN_T": even}, D)
     else:
-        grid = lambda m: (triton.cdiv(D, _FIXED_BD), NS, B)  # noqa: E731
+        grid = lambda m: (_cdiv(D, _FIXED_BD), NS, B)  # noqa: E731
         kw = {"W": W, "FAST": fast, "EVEN_T": even, **_FIXED_KW}
         _launch(_FWD_FIXED, grid, args, kw, D)
     return y
@@ -131,7 +157,7 @@ def cconv_bwd(
     dx = torch.empty((B, T, D), dtype=x.dtype, device=x.device)
     if B * T * D == 0:
         return dx, torch.zeros_like(w)
-    TS = k4._segment(B, T, D)
+    TS = _segment(B, T, D)
     NS = (T + TS - 1) // TS
     fast = k4.FAST_SIGMOID and x.dtype == torch.bfloat16
     dwp = torch.empty((B * NS, D, W), dtype=torch.float32, device=x.device)
@@ -141,10 +167,10 @@ def cconv_bwd(
     )  # fmt: skip
     even = T % TS == 0
     if AUTOTUNE and B * T * D >= SMALL_WORK:
-        grid = lambda m: (triton.cdiv(D, m["BD"]), NS, B)  # noqa: E731
+        grid = lambda m: (_cdiv(D, m["BD"]), NS, B)  # noqa: E731
         _launch(_BWD_TUNED, grid, args, {"W": W, "FAST": fast, "EVEN_T": even}, D)
     else:
-        grid = lambda m: (triton.cdiv(D, _FIXED_BD), NS, B)  # noqa: E731
+        grid = lambda m: (_cdiv(D, _FIXED_BD), NS, B)  # noqa: E731
         kw = {"W": W, "FAST": fast, "EVEN_T": even, **_FIXED_KW}
         _launch(_BWD_FIXED, grid, args, kw, D)
     return dx, dwp.sum(0).to(w.dtype)

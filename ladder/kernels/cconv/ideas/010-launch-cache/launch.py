@@ -58,16 +58,19 @@ def arg_classes(args: Sequence[Any]) -> tuple:
     through Triton)."""
     out = []
     for a in args:
-        if isinstance(a, torch.Tensor):
+        t = type(a)
+        if t is int:  # most arguments: sizes and strides
+            out.append((a == 1, a % 16 == 0, _I32_MIN <= a <= _I32_MAX))
+        elif t is torch.Tensor or isinstance(a, torch.Tensor):
             out.append((a.dtype, a.data_ptr() % 16 == 0))
-        elif isinstance(a, bool) or a is None:
+        elif t is bool or a is None:
             out.append(a)
         elif isinstance(a, int):
             out.append((a == 1, a % 16 == 0, _I32_MIN <= a <= _I32_MAX))
         elif isinstance(a, float):
             out.append(float)
         else:
-            raise TypeError(f"no launch signature for an argument of type {type(a).__name__}")
+            raise TypeError(f"no launch signature for an argument of type {t.__name__}")
     return tuple(out)
 
 
@@ -125,13 +128,12 @@ class CachedLaunch:
                 key = None  # an argument with no signature, or no CUDA device: Triton's path
         entry = self.entries.get(key) if key is not None else None
         if entry is not None:
-            run, function, packed, meta, tail, device = entry
+            run, function, packed, meta, tail, device, stream = entry
             g = grid(meta)
             n = len(g)
             run(
-                g[0], g[1] if n > 1 else 1, g[2] if n > 2 else 1,
-                driver.active.get_current_stream(device), function, packed, None, None,
-                None, *args, *tail,
+                g[0], g[1] if n > 1 else 1, g[2] if n > 2 else 1, stream(device), function,
+                packed, None, None, None, *args, *tail,
             )  # fmt: skip
             self.hits += 1
             return
@@ -145,7 +147,8 @@ class CachedLaunch:
 
     def _entry(self, compiled: Any, args: tuple, kwargs: dict, device: int) -> tuple | None:
         """(launcher, function, packed metadata, keyword values, the parameters after the
-        positional ones, device) of the launch just made, or None when it cannot be named."""
+        positional ones, device, the current-stream getter) of the launch just made, or None
+        when it cannot be named."""
         if not all(hasattr(compiled, a) for a in ("run", "function", "packed_metadata")):
             return None  # the interpreter, or a Triton whose compiled kernel differs
         kw = dict(kwargs)
@@ -172,4 +175,5 @@ class CachedLaunch:
             else:
                 return None
         run = compiled.run  # loads the module on first use
-        return (run, compiled.function, compiled.packed_metadata, kw, tuple(tail), device)
+        stream = driver.active.get_current_stream
+        return (run, compiled.function, compiled.packed_metadata, kw, tuple(tail), device, stream)
