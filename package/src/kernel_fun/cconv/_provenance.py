@@ -3,17 +3,20 @@
 """Where kernel_fun.cconv._kernels came from. Literals only: tools/drift.py reads them
 with ast.literal_eval and never imports this module."""
 
-SOURCE_COMMIT = "6f0630af1d13cfd601810a1652932c3fed506625"
+SOURCE_COMMIT = "144d865019fad045b6b6773f83ef982c8d834280"
 RECORD = {
-    "idea": "005-small-call-grid",
-    "record_id": "20261201T113044Z-5a185b36",
-    "sha256": "bc70fd28cb80f259155d8433fd7ceebe94d37c31a48a064bc5182a09298270a2",
+    "idea": "010-launch-cache",
+    "record_id": "20261202T103141Z-cf16ae37",
+    "sha256": "829b19ec185a73ed3e203e8014019aa3e131defacf79860ca38b29a04bec7db9",
 }
 KNOBS = {
     "CCONV_AUTOTUNE": True,
+    "CCONV_CASE_BWD": True,
+    "CCONV_CASE_FWD": True,
     "CCONV_FAST_SIGMOID": True,
     "CCONV_FIXED_G": 4,
     "CCONV_FIXED_WARPS": 2,
+    "CCONV_LAUNCH_CACHE": True,
     "CCONV_MAXNREG": True,
     "CCONV_MIN_PROGRAMS": 1056,
     "CCONV_SMALL_BWD": False,
@@ -24,15 +27,27 @@ SOURCE_FILES = {
     "ladder/kernels/cconv/ideas/002-strip-box/kernel.py": "6efc2eed489309c705321636ce469f4fa7cbac3cdac70d5e54ebf9b13ac67432",
     "ladder/kernels/cconv/ideas/004-exact-sigmoid/kernel.py": "fba8aa543ee368e44d043c064ad99495e71260a07486d2c08c32d1b4972e85e9",
     "ladder/kernels/cconv/ideas/005-small-call-grid/kernel.py": "16e725b377b60dda3a4b87feccc27744c20d8a81768882ec1493d8e8bc22a82e",
+    "ladder/kernels/cconv/ideas/006-case-loop-fwd/kernel.py": "7e9984521dc6b6f686b84c85677c417742f8a5555638c6a69a30daa527c62a00",
+    "ladder/kernels/cconv/ideas/007-case-loop-bwd/kernel.py": "1dac474d8717f0a795ca2051f686a27aba9af0656dff0843c0613bdb1f977b75",
+    "ladder/kernels/cconv/ideas/008-case-loop-small-grid/kernel.py": "49c55fa99a70c7c1045b176b50c3e03c00b6f087ab72e63e69438ae51041892f",
+    "ladder/kernels/cconv/ideas/009-case-bwd-kahan-dw/kernel.py": "c8b31c401c461d03f49fc4b9a5ed9277ec57befd010d3931db0a5f412f425855",
+    "ladder/kernels/cconv/ideas/010-launch-cache/kernel.py": "24d11f1ee3194107be20abe087193cdef07d36eb5a84af221fa6cfa5856b0dc8",
+    "ladder/kernels/cconv/ideas/010-launch-cache/launch.py": "a84dc48b07fe7cc54f0f5e2cc6b73491acd9011a9ab5910015209956bc73044d",
 }
 OUTPUT_FILES = {
-    "package/src/kernel_fun/cconv/_kernels/__init__.py": "ae4324e9dfae44881d5ca23fe8996c095f567423bea81d91b16f7a9c6ccf6474",
-    "package/src/kernel_fun/cconv/_kernels/strip2.py": "8dd5d3fe5425b8210309efd801c5ff97383ce5528e49a1c9ccb4b2dc0f77e7c1",
-    "package/src/kernel_fun/cconv/_kernels/strip4.py": "a1596f4cad5bad3339daa58827c9d56f07f1a8a7e837ec629468dda32b770424",
-    "package/src/kernel_fun/cconv/_kernels/strip5.py": "fb05a992e1a20e5f4e36742bb45c5be510d75d7049eb2ad61f5391f51d37285c",
+    "package/src/kernel_fun/cconv/_kernels/__init__.py": "231e59a7e3a9dc949dcebd2f7d70c08d77a4ccaf42e1f449b8dc46698b699573",
+    "package/src/kernel_fun/cconv/_kernels/launch10.py": "c410ddbf1a0d1a9e8d02903729fb677a8b264bef591aab8aabb173da111a5cfb",
+    "package/src/kernel_fun/cconv/_kernels/strip10.py": "8d07bafc212c06f17ffd9b6860ac6bb975586d4d9cb4ca1a79b1a862402df454",
+    "package/src/kernel_fun/cconv/_kernels/strip2.py": "6d9a0452098c51e61510a727955fee96f8637d74af13d01db497090c8060934b",
+    "package/src/kernel_fun/cconv/_kernels/strip4.py": "47de0d866c2d8b4dd9ad3ee52b8c55a5a419489379871a1f7a9c4bf68b554594",
+    "package/src/kernel_fun/cconv/_kernels/strip5.py": "a4ddc9d1982cd6ce58eae11d44c399b84bba615735cfa8abdc48f85cb4a081aa",
+    "package/src/kernel_fun/cconv/_kernels/strip6.py": "2065da1727ab0b7a1373fa03ceedc537cdcba9ea98c527276306aa38fc0f1253",
+    "package/src/kernel_fun/cconv/_kernels/strip7.py": "7ad76b1b66b7373ef2b38f1de7ab313e07eaf3fbca89e1d0952274182b9a6028",
+    "package/src/kernel_fun/cconv/_kernels/strip8.py": "cab6bcf5b70c14cf764a9794f16804d07cc9db952a26b4187b79ab51c3e34cb9",
+    "package/src/kernel_fun/cconv/_kernels/strip9.py": "9cc07bf1f0ecb44dc0262a7460d40ba55a6050606d6fe22f6f6d9727039478a4",
 }
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "ec1f29619f555eeee425181ec701321c17491c610d73371f51f224828975fbd0",
+    "tool_sha256": "c8b8eeae68082df313175994f8678df27e4786930d2b74b062f407f2e6989052",
 }
