@@ -374,3 +374,24 @@ def test_import_vendored_tells_missing_from_broken(tmp_path, monkeypatch, caplog
     assert (
         sum("vendtest_pkg.broken failed to import" in r.getMessage() for r in caplog.records) == 1
     )
+
+
+def test_env_reads_what_os_environ_get_reads(monkeypatch):
+    """support._env (the switches' reader) agrees with os.environ.get through sets, changes
+    and deletions, and falls back to it for a mapping without CPython's storage."""
+    import os
+
+    from kernel_fun._common import support as sup
+
+    name = "KERNEL_FUN_TEST_ENV_SWITCH"
+    monkeypatch.delenv(name, raising=False)
+    assert sup._env(name) is None is os.environ.get(name)
+    for value in ("1", "off", "", "yes "):
+        monkeypatch.setenv(name, value)
+        assert sup._env(name) == os.environ.get(name) == value
+    monkeypatch.delenv(name)
+    assert sup._env(name) is None
+    monkeypatch.setattr(os, "environ", {name: "on"})
+    assert sup._env(name) == "on" and sup.disabled("cconv") is False
+    monkeypatch.setitem(os.environ, "KERNEL_FUN_CCONV_DISABLE", "1")
+    assert sup.disabled("cconv") is True

@@ -7,7 +7,9 @@ process, or on every new reason with KERNEL_FUN_DEBUG=1 raising their level).
 
 Environment switches are read on every call, never at import: a kill switch is useful
 precisely on a process that is already running, and an import-time read would depend on
-import order. The reads cost a dict lookup each.
+import order. A read is one lookup in os.environ's own storage (`_env`), which every change
+made through os.environ updates (`os.environ[...] = ...`, `del`, monkeypatch.setenv), so it
+sees what `os.environ.get` would.
 
 torch is imported inside the functions that need it. This module is imported when a family
 engages, and families import torch anyway, but the switches themselves are usable (and
@@ -72,9 +74,31 @@ def log_versions_once() -> None:
     log.info("kernel-fun versions: %s", versions())
 
 
+_ENV_KEYS: dict[str, Any] = {}  # switch name -> its key in os.environ's storage
+
+
+def _env(name: str) -> str | None:
+    """os.environ.get(name), now. CPython keeps os.environ's values in a dict of encoded keys
+    (`_data`, `encodekey`); a lookup there costs a tenth of `os.environ.get` for an absent
+    name, which raises and catches a KeyError. Where that storage is not there (another
+    interpreter, a replaced os.environ) this is os.environ.get."""
+    env = os.environ
+    data = getattr(env, "_data", None)
+    if type(data) is not dict:
+        return env.get(name)
+    key = _ENV_KEYS.get(name)
+    if key is None:
+        try:
+            key = _ENV_KEYS[name] = env.encodekey(name)
+        except AttributeError:
+            return env.get(name)
+    raw = data.get(key)
+    return None if raw is None else env.decodevalue(raw)
+
+
 def _switch(name: str) -> bool:
     """The boolean environment switch `name`, read now. Unknown values: warn once, False."""
-    raw = os.environ.get(name)
+    raw = _env(name)
     if raw is None:
         return False
     value = raw.strip().lower()
@@ -100,7 +124,13 @@ def disabled(family: str) -> bool:
     `family` is the family's short name ("cconv"); raises ValueError when it is not an
     identifier.
     """
-    return _switch("KERNEL_FUN_DISABLE") or _switch(f"KERNEL_FUN_{_family_key(family)}_DISABLE")
+    name = _DISABLE_NAMES.get(family)
+    if name is None:
+        name = _DISABLE_NAMES[family] = f"KERNEL_FUN_{_family_key(family)}_DISABLE"
+    return _switch("KERNEL_FUN_DISABLE") or _switch(name)
+
+
+_DISABLE_NAMES: dict[str, str] = {}  # family -> its KERNEL_FUN_<FAMILY>_DISABLE
 
 
 def debug() -> bool:
@@ -174,17 +204,18 @@ def capturing() -> bool:
     return bool(torch.cuda.is_current_stream_capturing())
 
 
-def mark_warm(sig: tuple, phase: str) -> None:
+def mark_warm(sig: tuple, phase: str, *, eager: bool = False) -> None:
     """Record that call signature `sig` just completed `phase` ("fwd" or "bwd") eagerly.
 
     `sig` is the family's hashable description of everything its compile and autotune caches
     are keyed on (shapes, dtypes, device, kernel-selecting flags). A mark made while a CUDA
-    graph is being captured does not count: nothing really ran. Raises ValueError for an
-    unknown `phase`.
+    graph is being captured does not count: nothing really ran. `eager=True`: the caller has
+    just checked that no capture is running (`capturing()`), so it is not asked again.
+    Raises ValueError for an unknown `phase`.
     """
     if phase not in _PHASES:
         raise ValueError(f"phase must be one of {_PHASES}, got {phase!r}")
-    if not capturing():
+    if eager or not capturing():
         _WARM.add((*sig, phase))
 
 

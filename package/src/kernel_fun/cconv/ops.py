@@ -419,7 +419,7 @@ def _dense_call(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         return _CausalConv1dSilu.apply(x, weight)
     with _on(x):
         y = _dense().cconv_fwd(x, weight)
-    support.mark_warm(_warm_sig(x, weight, _NO_CASE), "fwd")
+    support.mark_warm(_warm_sig(x, weight, _NO_CASE), "fwd", eager=True)  # _dense_fast checked
     return y
 
 
