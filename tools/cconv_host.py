@@ -16,7 +16,8 @@ fp32 weight, silu):
   what the package's dispatch adds its checks and autograd node to.
 With --profile, cProfile's 25 costliest functions (cumulative) of 2000 package calls, without
 and with autograd, at the small shape. Writes JSON {shape: {name: us}} plus the device and
-versions. Needs a CUDA GPU and fla.
+versions. Needs a CUDA GPU and fla; exits 2 without a GPU or when --out / --profile cannot be
+written (checked before any GPU work).
 """
 
 from __future__ import annotations
@@ -90,6 +91,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True, help="JSON report to write")
     ap.add_argument("--profile", type=Path, help="cProfile report of the package call")
     args = ap.parse_args(argv)
+    from tools.outpath import out_problem
+
+    for path, example in ((args.out, "cconv-host.json"), (args.profile, "cconv-host.txt")):
+        problem = None if path is None else out_problem(path, example)
+        if problem is not None:
+            print(f"cconv_host: {problem}", file=sys.stderr)
+            return 2
     import torch
 
     from ladder import timing
