@@ -24,8 +24,8 @@ Required
 Optional
     CASES {case: description}, PROMOTE_CASES (tuple of case names: the cases an idea must
     implement to be promoted, i.e. what the package ships; default: any idea may win),
-    RANK_SHAPES (tuple of distinct shape names of SHAPES, "prod" among them: the shapes whose
-    fwd+bwd ratios, geometric mean, rank the family's ideas; default ("prod",)),
+    RANK_SHAPES (tuple of distinct names of the prod and sweep shapes, "prod" among them: the
+    shapes whose fwd+bwd ratios, geometric mean, rank the family's ideas; default ("prod",)),
     baseline_retune(), contract_problems(outs, inputs), strided(inputs), shape_fields(shape),
     KNOB_RULES, INTERPRET_KNOBS, BASELINE_ON_INTERPRETER; RATIO_MIN_ELEMENTS (int >= 2) with
     RATIO_POOL_SEEDS (int >= 2), both or neither: an output whose reference has fewer values
@@ -206,9 +206,10 @@ def _shapes_problem(mod: ModuleType, val: Any) -> str | None:
 
 def _rank_shapes_problem(mod: ModuleType, val: Any) -> str | None:
     what = (
-        'a non-empty tuple of distinct shape names of SHAPES with "prod" among them, e.g. '
-        '("prod", "<another shape>"); the winner ranks ideas on the geometric mean of their '
-        "fwd+bwd ratios at those shapes (leave RANK_SHAPES out to rank on prod alone)"
+        'a non-empty tuple of distinct names of shapes of SHAPES["prod"] and SHAPES["sweep"] '
+        '(what `--shapes all` benches) with "prod" among them, e.g. ("prod", "<a sweep '
+        'shape>"); the winner ranks ideas on the geometric mean of their fwd+bwd ratios at '
+        "those shapes (leave RANK_SHAPES out to rank on prod alone)"
     )
     if not isinstance(val, tuple) or not val or not all(isinstance(v, str) for v in val):
         return what
@@ -225,6 +226,13 @@ def _rank_shapes_problem(mod: ModuleType, val: Any) -> str | None:
     if unknown:
         return (
             f"{what}; {', '.join(map(repr, unknown))} names no shape of SHAPES ({', '.join(known)})"
+        )
+    timed = [s.name for key in ("prod", "sweep") for s in shapes.get(key, ())]
+    other = [v for v in val if v not in timed]
+    if other:
+        return (
+            f"{what}; {', '.join(map(repr, other))} is not in the prod or sweep set (benched "
+            f"sets: {', '.join(timed)})"
         )
     return None
 

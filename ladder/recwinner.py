@@ -81,13 +81,13 @@ def rank_shapes(fam: ModuleType) -> tuple[str, ...]:
 def rank_score(rec: dict, shapes: tuple[str, ...] = ("prod",)) -> float | None:
     """The score that ranks a record: the geometric mean over ``shapes`` (a family's
     :func:`rank_shapes`) of each shape's :func:`shape_ratio`; exactly :func:`prod_ratio` for
-    ("prod",). None when the record lacks fwd and bwd timing at any of the shapes (such a
-    record is never promoted). Raises ValueError for an empty ``shapes``."""
+    ("prod",). None when the record lacks fwd and bwd timing at any of the shapes, or a
+    shape's ratio is not a positive finite number (such a record is never promoted). Raises ValueError for an empty ``shapes``."""
     if not shapes:
         raise ValueError("rank_score: shapes is empty; pass the family's rank_shapes(fam)")
     ratios = [shape_ratio(rec, name) for name in shapes]
-    if any(r is None for r in ratios):
-        return None
+    if any(r is None or not (0 < r < math.inf) for r in ratios):
+        return None  # untimed, or timings whose sums overflow: no score
     if len(ratios) == 1:
         return ratios[0]
     return math.exp(math.fsum(math.log(r) for r in ratios) / len(ratios))

@@ -71,7 +71,7 @@ def _edit_family(root: Path, tail: str, family: str = "toy") -> Path:
         ("RANK_SHAPES = ('prod', 'd99')", "RANK_SHAPES", "'d99' names no shape of SHAPES (prod,"),
         ("RANK_SHAPES = ('prod', 'd16-w2', 'prod')", "RANK_SHAPES", "'prod' appears more than"),
         ("RANK_SHAPES = ['prod', 'd16-w2']", "RANK_SHAPES", "a non-empty tuple of distinct"),
-        ("RANK_SHAPES = 'prod'", "RANK_SHAPES", "a non-empty tuple of distinct shape names"),
+        ("RANK_SHAPES = 'prod'", "RANK_SHAPES", "a non-empty tuple of distinct names of shapes"),
         ("RANK_SHAPES = ()", "RANK_SHAPES", "got ()"),
         ("RANK_SHAPES = ('prod', 2)", "RANK_SHAPES", "leave RANK_SHAPES out to rank on prod"),
         ("FAMILY = 'other'", "FAMILY", "must be 'toy' (the folder name)"),
@@ -118,9 +118,18 @@ def test_a_broken_core_fails_board_in_one_line(tmp_path: Path) -> None:
 
 def test_rank_shapes_that_name_shapes_of_the_family_load(tmp_path: Path) -> None:
     root = copy_toy(tmp_path)
-    _edit_family(root, "RANK_SHAPES = ('d16-w2', 'prod', 's-b1-t5-d4-w3')")
+    _edit_family(root, "RANK_SHAPES = ('d16-w2', 'prod')")
     fam = paths.load_family("toy", root, complete=True)
-    assert fam.RANK_SHAPES == ("d16-w2", "prod", "s-b1-t5-d4-w3")
+    assert fam.RANK_SHAPES == ("d16-w2", "prod")
+
+
+def test_rank_shapes_outside_the_benched_sets_are_refused(tmp_path: Path) -> None:
+    """`--shapes all` benches prod and sweep: a rank shape of another set (the interpreter's
+    small shapes) would leave every record of a full bench unranked."""
+    root = copy_toy(tmp_path)
+    _edit_family(root, "RANK_SHAPES = ('d16-w2', 'prod', 's-b1-t5-d4-w3')")
+    err = one_line_error(run_cli(root, "board", "toy"), "RANK_SHAPES: must be ")
+    assert "'s-b1-t5-d4-w3' is not in the prod or sweep set" in err
 
 
 def test_rank_shapes_without_shapes_is_a_one_line_error(tmp_path: Path) -> None:

@@ -85,6 +85,10 @@ def test_rank_score_is_the_geometric_mean_of_the_shape_ratios() -> None:
     assert records.shape_ratio(rec, "d16-w2") == pytest.approx(3.2 / 3.0)
     with pytest.raises(ValueError, match="shapes is empty"):
         records.rank_score(rec, ())
+    # medians that pass the schema but whose fwd + bwd sum overflows: a ratio of 0, no score
+    rec["shapes"].append(shape_entry("huge", (1e308, 1e-10), (1e308, 1e-10)))
+    assert records.shape_ratio(rec, "huge") == 0.0
+    assert records.rank_score(rec, ("prod", "huge")) is None
 
 
 def test_rank_shapes_of_a_family(tmp_path: Path) -> None:

@@ -111,3 +111,47 @@ def test_every_combination_of_optional_arguments_leaves_the_fast_path(on_a_gpu):
             continue
         opts = tuple(p if m else a for m, p, a in zip(mask, present, absent, strict=True))
         assert not ops._dense_fast(x, w, "silu", "triton", opts), mask
+
+
+def test_forward_mode_ad_and_torch_func_take_the_full_path(on_a_gpu):
+    """A forward-AD dual x has requires_grad False; on the fast path its tangent would be
+    dropped silently. Dual levels and torch.func's wrapped tensors go to the full gate, whose
+    autograd function raises for them as fla's does."""
+    import torch.autograd.forward_ad as fwad
+
+    x, w = _x(torch.float16), torch.zeros(8, 4)
+    opts = (None, None, None, False, None, None, None, None)
+    assert ops._dense_fast(x, w, "silu", "triton", opts)
+    with fwad.dual_level():
+        dual = fwad.make_dual(x, torch.ones_like(x))
+        assert not ops._dense_fast(dual, w, "silu", "triton", opts)
+        assert not ops._dense_fast(x, w, "silu", "triton", opts)  # any open level
+
+    seen = []
+
+    def probe(xb):
+        seen.append(ops._dense_fast(xb, w, "silu", "triton", opts))
+        return xb.sum()
+
+    torch.func.vmap(probe)(x.unsqueeze(0).expand(2, 2, 16, 8))
+    assert seen == [False]
+
+
+class _Strict(torch.Tensor):
+    """A tensor subclass whose dim() raises: the gate must not raise on it."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func is torch.Tensor.dim:
+            raise RuntimeError("dim() not allowed")
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def test_an_argument_that_raises_on_reading_leaves_the_fast_path(on_a_gpu):
+    x = _x().as_subclass(_Strict)
+    opts = (None, None, None, False, None, None, None, None)
+    assert not ops._dense_fast(x, torch.zeros(8, 4), "silu", "triton", opts)
+    reason = ops._unsupported_reason(
+        x, torch.zeros(8, 4), "silu", "triton", ops._options(*opts), {}
+    )
+    assert reason is not None and "cannot classify" in reason

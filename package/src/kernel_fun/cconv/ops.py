@@ -25,6 +25,7 @@ import logging
 from typing import Any
 
 import torch
+import torch.autograd.forward_ad as _fwad
 
 from .._common import compat, support
 
@@ -380,11 +381,32 @@ class _CausalConv1d(torch.autograd.Function):
 _NO_CASE = (False, False, False, False)
 
 
+def _forward_ad_active() -> bool:
+    """Whether a forward-mode AD level is open (torch.autograd.forward_ad.dual_level)."""
+    return getattr(_fwad, "_current_level", -1) != -1
+
+
+def _functorch_wrapped(t: torch.Tensor) -> bool:
+    """Whether `t` is a torch.func transform's wrapper (vmap, grad, jvp)."""
+    probe = getattr(getattr(torch._C, "_functorch", None), "is_functorch_wrapped_tensor", None)
+    return probe is not None and bool(probe(t))
+
+
 def _dense_fast(x: Any, weight: Any, activation: Any, backend: Any, options: tuple) -> bool:
     """True when the call is certainly the dense case (x bf16/fp16 [B, T, D], silu, every
     optional argument absent) with every check of the full gate (`_classify`) passing, on
-    cheap attribute reads. Any doubt answers False and the full gate decides, so the two
-    never disagree on a call this accepts. `options`: fla's optional arguments as passed."""
+    cheap attribute reads, and no autograd transform other than reverse mode is active
+    (forward-mode dual tensors and torch.func's wrapped tensors take the full path, whose
+    autograd function raises for them as fla's does). Any doubt, an exception included,
+    answers False and the full gate decides, so the two never disagree on a call this
+    accepts. `options`: fla's optional arguments as passed."""
+    try:
+        return _dense_fast_checks(x, weight, activation, backend, options)
+    except Exception:  # an argument that cannot even be read: the full gate decides
+        return False
+
+
+def _dense_fast_checks(x: Any, weight: Any, activation: Any, backend: Any, options: tuple) -> bool:
     bias, residual, h0, ofs, cu, cu_cpu, chunk_indices, cp_context = options
     if not (
         bias is None and residual is None and h0 is None and cu is None and cu_cpu is None
@@ -404,6 +426,8 @@ def _dense_fast(x: Any, weight: Any, activation: Any, backend: Any, options: tup
     if weight.shape[0] != D or not 1 <= W <= MAX_W or not weight.is_floating_point():
         return False
     if B * T * D == 0 or B > MAX_B or weight.device != x.device:
+        return False
+    if _forward_ad_active() or _functorch_wrapped(x) or _functorch_wrapped(weight):
         return False
     # the switches (read now), a CUDA tensor, a tested architecture; then capture, whose
     # rules the full gate applies
