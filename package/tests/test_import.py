@@ -89,3 +89,12 @@ def test_family_subpackage_is_reachable_as_an_attribute():
             kernel_fun.cconv  # noqa: B018
         return
     assert kernel_fun.cconv is importlib.import_module("kernel_fun.cconv")
+
+
+def test_fla_drift_error_is_public_and_the_one_warmup_raises():
+    import kernel_fun
+    from kernel_fun._common import compat
+
+    assert "FlaDriftError" in kernel_fun.__all__
+    assert kernel_fun.FlaDriftError is compat.FlaDriftError
+    assert issubclass(kernel_fun.FlaDriftError, RuntimeError)

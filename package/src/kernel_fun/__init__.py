@@ -41,7 +41,7 @@ import importlib.util
 import platform
 from typing import Any
 
-__all__ = ["__version__", "patch_fla", "patched_fla", "unpatch_fla", "versions"]
+__all__ = ["FlaDriftError", "__version__", "patch_fla", "patched_fla", "unpatch_fla", "versions"]
 
 __version__ = "0.3.0.dev0"
 
@@ -51,6 +51,7 @@ _LAZY_ATTRS: dict[str, str] = {
     "patch_fla": "kernel_fun._patch",
     "unpatch_fla": "kernel_fun._patch",
     "patched_fla": "kernel_fun._patch",
+    "FlaDriftError": "kernel_fun._common.compat",  # what warmup raises when fla moved
 }
 
 # Subpackages reachable as attributes without an explicit import (`kernel_fun.cconv`).
