@@ -13,8 +13,10 @@ box module (`box_modules()`: the vendored winner's module when it carries every 
 the first of strip4, strip3 and strip2 the build vendors) is imported on first use; while
 none is (`_box()` is None) only 001's case runs our kernels.
 
-The entry point is opaque to torch.compile (`torch.compiler.disable`) and every tensor
-operation of our path runs inside one `torch.autograd.Function`. Every launch, forward and
+The entry point is opaque to torch.compile (traced, it calls a `torch.compiler.disable`d
+copy of itself), and every tensor operation of our path runs inside one
+`torch.autograd.Function`, except a dense call that needs no gradient (no input requires
+grad, or grad mode is off), which runs the dense forward directly (`_dense_call`). Every launch, forward and
 backward, runs under its tensors' device (`_on`), whatever the current device is.
 """
 
