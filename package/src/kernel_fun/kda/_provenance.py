@@ -53,5 +53,5 @@ OUTPUT_FILES = {
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "ec1f29619f555eeee425181ec701321c17491c610d73371f51f224828975fbd0",
+    "tool_sha256": "c8b8eeae68082df313175994f8678df27e4786930d2b74b062f407f2e6989052",
 }
