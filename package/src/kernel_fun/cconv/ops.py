@@ -388,10 +388,13 @@ def _forward_ad_active() -> bool:
     return getattr(_fwad, "_current_level", -1) != -1
 
 
+# torch.func's wrapper test, looked up once (absent from a torch without functorch)
+_IS_WRAPPED = getattr(getattr(torch._C, "_functorch", None), "is_functorch_wrapped_tensor", None)
+
+
 def _functorch_wrapped(t: torch.Tensor) -> bool:
     """Whether `t` is a torch.func transform's wrapper (vmap, grad, jvp)."""
-    probe = getattr(getattr(torch._C, "_functorch", None), "is_functorch_wrapped_tensor", None)
-    return probe is not None and bool(probe(t))
+    return _IS_WRAPPED is not None and bool(_IS_WRAPPED(t))
 
 
 def _dense_fast(x: Any, weight: Any, activation: Any, backend: Any, options: tuple) -> bool:
