@@ -111,6 +111,8 @@ VENDOR = {
         "009-case-bwd-kahan-dw": {"kernel": "strip9"},  # imports 002's, 007's and 008's
         # imports 004's, 005's and 009's (and through them 002's, 006's to 008's)
         "010-launch-cache": {"kernel": "strip10", "launch": "launch10"},
+        # imports 002's, 004's, 006's, 007's, 009's and 010's (and through them 005's, 008's)
+        "011-fixed-launch": {"kernel": "strip11"},
     },
 }
 
