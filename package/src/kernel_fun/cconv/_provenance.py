@@ -3,11 +3,11 @@
 """Where kernel_fun.cconv._kernels came from. Literals only: tools/drift.py reads them
 with ast.literal_eval and never imports this module."""
 
-SOURCE_COMMIT = "144d865019fad045b6b6773f83ef982c8d834280"
+SOURCE_COMMIT = "44089fdb10655a3f596a6938443c404474d7ee4f"
 RECORD = {
-    "idea": "010-launch-cache",
-    "record_id": "20261202T103141Z-cf16ae37",
-    "sha256": "829b19ec185a73ed3e203e8014019aa3e131defacf79860ca38b29a04bec7db9",
+    "idea": "011-fixed-launch",
+    "record_id": "20261202T142031Z-ef115dba",
+    "sha256": "df4cc70a9f6bdccb8bebf44e480e4839eb0255b9f96529cdacea47c448de4462",
 }
 KNOBS = {
     "CCONV_AUTOTUNE": True,
@@ -16,6 +16,7 @@ KNOBS = {
     "CCONV_FAST_SIGMOID": True,
     "CCONV_FIXED_G": 4,
     "CCONV_FIXED_WARPS": 2,
+    "CCONV_FUSE_HT": True,
     "CCONV_LAUNCH_CACHE": True,
     "CCONV_MAXNREG": True,
     "CCONV_MIN_PROGRAMS": 1056,
@@ -33,18 +34,20 @@ SOURCE_FILES = {
     "ladder/kernels/cconv/ideas/009-case-bwd-kahan-dw/kernel.py": "c8b31c401c461d03f49fc4b9a5ed9277ec57befd010d3931db0a5f412f425855",
     "ladder/kernels/cconv/ideas/010-launch-cache/kernel.py": "24d11f1ee3194107be20abe087193cdef07d36eb5a84af221fa6cfa5856b0dc8",
     "ladder/kernels/cconv/ideas/010-launch-cache/launch.py": "a84dc48b07fe7cc54f0f5e2cc6b73491acd9011a9ab5910015209956bc73044d",
+    "ladder/kernels/cconv/ideas/011-fixed-launch/kernel.py": "203e771d61c45276c9449748d68db49e1fca64ce40cf8343d1a99d2c94ec2548",
 }
 OUTPUT_FILES = {
-    "package/src/kernel_fun/cconv/_kernels/__init__.py": "231e59a7e3a9dc949dcebd2f7d70c08d77a4ccaf42e1f449b8dc46698b699573",
-    "package/src/kernel_fun/cconv/_kernels/launch10.py": "c410ddbf1a0d1a9e8d02903729fb677a8b264bef591aab8aabb173da111a5cfb",
-    "package/src/kernel_fun/cconv/_kernels/strip10.py": "8d07bafc212c06f17ffd9b6860ac6bb975586d4d9cb4ca1a79b1a862402df454",
-    "package/src/kernel_fun/cconv/_kernels/strip2.py": "6d9a0452098c51e61510a727955fee96f8637d74af13d01db497090c8060934b",
-    "package/src/kernel_fun/cconv/_kernels/strip4.py": "47de0d866c2d8b4dd9ad3ee52b8c55a5a419489379871a1f7a9c4bf68b554594",
-    "package/src/kernel_fun/cconv/_kernels/strip5.py": "a4ddc9d1982cd6ce58eae11d44c399b84bba615735cfa8abdc48f85cb4a081aa",
-    "package/src/kernel_fun/cconv/_kernels/strip6.py": "2065da1727ab0b7a1373fa03ceedc537cdcba9ea98c527276306aa38fc0f1253",
-    "package/src/kernel_fun/cconv/_kernels/strip7.py": "7ad76b1b66b7373ef2b38f1de7ab313e07eaf3fbca89e1d0952274182b9a6028",
-    "package/src/kernel_fun/cconv/_kernels/strip8.py": "cab6bcf5b70c14cf764a9794f16804d07cc9db952a26b4187b79ab51c3e34cb9",
-    "package/src/kernel_fun/cconv/_kernels/strip9.py": "9cc07bf1f0ecb44dc0262a7460d40ba55a6050606d6fe22f6f6d9727039478a4",
+    "package/src/kernel_fun/cconv/_kernels/__init__.py": "82f0ffc1fa6fb9fcea38ffae091a89bcb7021a5565694feca724223af66f0d12",
+    "package/src/kernel_fun/cconv/_kernels/launch10.py": "cbb327d391e2a38009b42a9189df000f473345f08571a32fb083a917556d69b5",
+    "package/src/kernel_fun/cconv/_kernels/strip10.py": "851632b45db6a1f424fe4e815028735fc32aa879e4e6a058098ff8e7dede1f61",
+    "package/src/kernel_fun/cconv/_kernels/strip11.py": "15a8a7b2364e667985e3b7bcc949e2624d2d41cd1e62c056a50e5320ecafd7b9",
+    "package/src/kernel_fun/cconv/_kernels/strip2.py": "df0e1d8ae6007bcf2369ff8bdfc425470e22c0bdd85c8205dde8e15041c4426b",
+    "package/src/kernel_fun/cconv/_kernels/strip4.py": "c7f70cdc5a51c4b95c1c31caff0cc5464aa301713127536f848c79df42ebb06a",
+    "package/src/kernel_fun/cconv/_kernels/strip5.py": "736f2df50fa08e4605fafbf7de72fb34f5a4d2fec509107610248942b8805559",
+    "package/src/kernel_fun/cconv/_kernels/strip6.py": "7e4d6b54939007e5aeff5baff0512c1f944ea72e181d8bdc3acb6e6a3415e319",
+    "package/src/kernel_fun/cconv/_kernels/strip7.py": "cc3c66b112b2fdc105834c87d889e48d44bdaac13326a21e2dd7808ce4e466ae",
+    "package/src/kernel_fun/cconv/_kernels/strip8.py": "058be7a4506011aab740febd32eef975ae8403c16e1c3398066337dd99714f04",
+    "package/src/kernel_fun/cconv/_kernels/strip9.py": "ded99f0d77a627dd351e911b176e4dd8600748b9e1be2781a018dd9305380e1f",
 }
 VENDOR = {
     "libcst": "1.9.0",
