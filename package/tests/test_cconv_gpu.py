@@ -422,35 +422,57 @@ def test_torch_compile_dynamic_two_lengths():
         w.grad = None
 
 
-def test_warmup_then_new_lengths_do_not_autotune():
+def _jit_functions(modules) -> list:
+    """Every Triton JIT function defined or imported at module level in `modules`, unwrapped
+    from heuristics and autotuners."""
+    out = {}
+    for m in modules:
+        for v in vars(m).values():
+            fn = v
+            while hasattr(fn, "fn") and not hasattr(fn, "device_caches"):
+                fn = fn.fn
+            if hasattr(fn, "device_caches"):
+                out[id(fn)] = fn
+    return list(out.values())
+
+
+def _compiled_count(fns) -> int:
+    """Compiled kernels held by these JIT functions, over every device."""
+    return sum(len(cache[0]) for fn in fns for cache in fn.device_caches.values())
+
+
+def test_warmup_then_new_lengths_compile_and_autotune_nothing():
     # the dense kernels the build runs: the box module's (ideas 002 and later), else idea 001's
     dense = ops._box()
     if dense is None:
         from kernel_fun.cconv._kernels import strip as dense
 
-    # a box module may launch the tuned kernels of a module it imports (005 launches 004's,
-    # and imports 002's too): every tuned dense kernel in reach is watched
+    # a box module may launch kernels of the modules it imports (011 launches 004's and
+    # 006's; 005 launched 004's tuned ones): every kernel in reach is watched
     homes = [dense, *(m for m in vars(dense).values() if isinstance(m, types.ModuleType))]
+    homes += [m for h in list(homes) for m in vars(h).values() if isinstance(m, types.ModuleType)]
     tuners = [
         getattr(m, name)
         for m in homes
         for name in ("cconv_fwd_tuned", "cconv_bwd_tuned")
         if hasattr(m, name)
     ]
-    assert tuners, f"neither {dense.__name__} nor its imports hold tuned dense kernels"
+    jits = _jit_functions(homes)
+    assert len(jits) >= 2, f"no Triton kernels in reach of {dense.__name__}"
     B, D, W = 2, 1024, 4
     calls = warmup(D, W, B=B, T_max=8192)
     assert calls > 0
-    before = [dict(t.cache) for t in tuners]
-    assert any(before), "warmup autotuned nothing"
+    tuned = [dict(t.cache) for t in tuners]
+    compiled = _compiled_count(jits)
+    assert compiled > 0, "warmup compiled nothing"
     rng = random.Random(5)
     w = torch.randn(D, W, device="cuda")
     for _ in range(20):
         T = rng.randint(1, 8192)
         x = torch.randn(B, T, D, device="cuda").to(bf16)
         run(causal_conv1d, x, w, torch.randn_like(x))
-    after = [dict(t.cache) for t in tuners]
-    assert after == before, "a new length triggered autotuning after warmup"
+    assert [dict(t.cache) for t in tuners] == tuned, "a new length triggered autotuning"
+    assert _compiled_count(jits) == compiled, "a new length compiled a kernel after warmup"
 
 
 @pytest.mark.slow

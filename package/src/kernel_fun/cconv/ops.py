@@ -681,13 +681,14 @@ def warmup(
     device: torch.device | str | int | None = None,
     backward: bool = True,
 ) -> int:
-    """Check fla's internals and fill the autotune caches for calls of width D up to T_max.
+    """Check fla's internals and compile the kernels for calls of width D up to T_max.
 
     Raises compat.FlaDriftError when an fla symbol or keyword this package calls has moved
     (KERNEL_FUN_FALLBACK=1 turns that into a warning, and calls then go to fla). Runs one
-    forward (and backward) at T = T_max, T_max/2, ..., 1, which visits every autotune size
-    bucket (the kernels key on B*T*D rounded to a power of four) up to B * T_max * D, so
-    later calls at any T <= T_max, at this D, W and these dtypes, autotune
+    forward (and backward) at T = T_max, T_max - 1, T_max/2, T_max/2 - 1, ..., 1, which
+    visits every size bucket (the kernels' configuration is chosen by B*T*D rounded to a
+    power of four) up to B * T_max * D with both an even and a ragged last time segment, so
+    later calls at any T <= T_max, at this D, W and these dtypes, compile and autotune
     nothing. Returns the number of warm-up calls made (0 when our kernels are not used here,
     e.g. on a CPU-only machine). Raises ValueError for a D, W, B or T_max that is not a
     positive int and TypeError for a dtype that is not a torch.dtype, on any machine.
@@ -702,8 +703,14 @@ def warmup(
         return 0
     w = torch.randn(D, W, device=dev, dtype=torch.float32).to(weight_dtype)
     calls = 0
+    # T_max, T_max - 1, T_max / 2, T_max / 2 - 1, ...: each size bucket with an even and a
+    # ragged last time segment (whether the segment length divides T is compiled in)
+    lengths = []
     T = T_max
     while T >= 1:
+        lengths += [T, T - 1] if T > 1 else [T]
+        T //= 2
+    for T in lengths:
         x = torch.randn(B, T, D, device=dev, dtype=dtype)
         ok, _ = is_supported(x, w, activation="silu")
         if not ok:
@@ -717,6 +724,5 @@ def warmup(
             with torch.no_grad():
                 causal_conv1d(x, w, activation="silu")
         calls += 1
-        T //= 2
     torch.cuda.synchronize(dev)
     return calls
