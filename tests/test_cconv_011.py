@@ -56,7 +56,7 @@ def test_table_is_near_the_best_measured_at_every_pick() -> None:
             ratio = pick["ms"][name] / min(pick["ms"].values())
             ratios.append((ratio, pick["call"], pick["kernel"]))
     assert len(ratios) >= 30, "the report no longer covers the table"
-    # every pick within 8%, all but one within 2.6% (the module docstring's claim)
+    # every pick within 8%, all but one within 2.6% (011's NOTES.md, errata)
     assert max(r for r, *_ in ratios) < 1.08, max(ratios)
     assert sum(r > 1.026 for r, *_ in ratios) <= 1, sorted(ratios)[-3:]
 
