@@ -85,6 +85,7 @@ def _fns(B: int, T: int, D: int) -> dict:
 
 
 DECODE_N = (1, 16, 64)
+WARMUP_TIMEOUT_S = 300.0
 WARMUP_CALLS = {"first": (4, 4096), "again": (4, 4096), "new_t": (4, 4000),
                 "new_bucket": (1, 2731)}  # fmt: skip
 _WARMUP_SRC = """
@@ -170,24 +171,33 @@ def _decode(n: int) -> dict:
     }
 
 
-def _warmup(ideas: list[str]) -> dict:
+def _warmup(ideas: list[str], save, timeout_s: float = WARMUP_TIMEOUT_S) -> dict:
+    """report["warmup_s"] for the package, each idea and fla, each in a fresh process with an
+    empty Triton cache; ``save(part)`` after each (a run stopped later keeps what it has). A
+    process past ``timeout_s`` is stopped and recorded as such."""
     import os
     import subprocess
     import tempfile
 
-    out = {}
+    out: dict = {}
     for which in ("kernel_fun", *(f"idea:{i}" for i in ideas), "fla"):
         with tempfile.TemporaryDirectory() as cache:
             env = {**os.environ, "TRITON_CACHE_DIR": cache}
-            run = subprocess.run(
-                [sys.executable, "-c", _WARMUP_SRC, which, json.dumps(WARMUP_CALLS)],
-                env=env, capture_output=True, text=True, timeout=900,
-            )  # fmt: skip
-        if run.returncode != 0:
+            try:
+                run = subprocess.run(
+                    [sys.executable, "-c", _WARMUP_SRC, which, json.dumps(WARMUP_CALLS)],
+                    env=env, capture_output=True, text=True, timeout=timeout_s,
+                )  # fmt: skip
+            except subprocess.TimeoutExpired:
+                run = None
+        if run is None:
+            out[which] = {"error": f"stopped after {timeout_s:.0f} s"}
+        elif run.returncode != 0:
             out[which] = {"error": run.stderr[-2000:]}
         else:
             out[which] = json.loads(run.stdout.strip().splitlines()[-1])
         print("warmup", which, out[which], flush=True)
+        save(out)
     return out
 
 
@@ -266,9 +276,15 @@ def main(argv: list[str] | None = None) -> int:
     small = None
     if not args.warmup_only:
         small = _host_parts(report)
-    report["warmup_s"] = _warmup(args.idea)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
+
+    def save(warm: dict | None = None) -> None:
+        if warm is not None:
+            report["warmup_s"] = warm
+        args.out.write_text(json.dumps(report, indent=1) + "\n")
+
+    save()  # the host part, before the warmup's processes
+    _warmup(args.idea, save)
     if args.profile is not None and small is not None:
         args.profile.write_text(_profile(small))
     return 0
