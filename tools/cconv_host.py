@@ -27,8 +27,11 @@ versions, and two more parts:
   T2731), for the package, for each cconv idea given with --idea (its dense ``cconv_fwd`` /
   ``cconv_bwd`` under a bare autograd function: what the package would do once that idea
   is vendored) and for fla, each in its own process. --warmup-only measures this part
-  alone. Needs a CUDA GPU and fla; exits 2 without a GPU or when --out / --profile cannot be
-written (checked before any GPU work).
+  alone. A warmup process running past WARMUP_TIMEOUT_S is stopped and recorded as such,
+  and the report is written after the host part and after each warmup process, so a run
+  stopped from outside keeps what it measured.
+Needs a CUDA GPU and fla; exits 2 without a GPU or when --out / --profile cannot be written
+(checked before any GPU work).
 """
 
 from __future__ import annotations
