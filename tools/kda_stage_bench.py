@@ -43,7 +43,9 @@ set through the idea module's knob globals for the call (the same values its kno
 import); a launch with a maxnreg is skipped for an idea without that knob. Without
 `--launch` each idea runs at its own knob values (its defaults, or the KDA_* environment).
 
-Per row: the median ms of ``triton.testing.do_bench``, whether two calls gave bitwise equal
+A launch that does not fit the SM (Triton's OutOfResources: shared memory or registers)
+is reported as such in its row and the sweep goes on. Per row: the median ms of
+``triton.testing.do_bench``, whether two calls gave bitwise equal
 outputs (a kernel with a race shows here, not in an error against the oracle), and the
 largest relative L2 difference of any output from fla's on the same inputs. A launch is a
 lead for a ladder bench, not a record. Exit status: 0 done; 1 an idea's outputs differ
@@ -440,7 +442,16 @@ def main(
                 def ours(mod=mod):
                     return ours_of(mod)
 
-                a, b = ours(), ours()
+                try:
+                    a, b = ours(), ours()
+                except triton.runtime.errors.OutOfResources as exc:
+                    # a launch that does not fit the SM (shared memory, registers) is a
+                    # result of the sweep, not the end of it
+                    rows.append(dict(idea=idea, **values, error=f"out of resources: {exc}"))
+                    typer.echo(
+                        f"{idea} {','.join(str(v) for v in values.values())}: does not fit ({exc})"
+                    )
+                    continue
                 same = all((p is None and q is None) or torch.equal(p, q) for p, q in zip(a, b))
                 diffs = {
                     n: rel_err(p, r) for n, p, r in zip(OUTPUTS[stage], a, ref) if r is not None
