@@ -1,0 +1,69 @@
+"""Launch kda's own stage kernels once each at prod, between cudaProfilerStart/Stop, for ncu.
+
+    ncu --profile-from-start off --clock-control none --section SpeedOfLight \
+        --section Occupancy --section WarpStateStats python tools/kda_ncu_stages.py [STAGE...]
+
+Stages (default: all): ``intra`` (kda/003's backward intra-chunk kernel), ``wy`` (kda/005's
+fused WY/dq/dk/dg kernel), ``fwdho`` (kda/008's forward state pass and output), each at its
+module's knob values, on ``tools/kda_stage_bench.py``'s random inputs at B16 T8192 H16 K128
+V256 (dA and the incoming fp32 gradients of the intra stage drawn here). Each stage is
+called once and timed with ``triton.testing.do_bench`` (median ms, printed) before the
+profiled calls, so ncu sees compiled, warm kernels only. Needs a CUDA GPU; exit status 2
+for an unknown stage name.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+STAGES = ("intra", "wy", "fwdho")
+
+
+def main(argv: list[str]) -> int:
+    only = argv or list(STAGES)
+    unknown = [s for s in only if s not in STAGES]
+    if unknown:
+        print(f"kda_ncu_stages: unknown stage {unknown[0]!r}: give any of {', '.join(STAGES)}")
+        return 2
+    import kda_stage_bench as sb
+    import torch
+    import triton
+    from ladder.kernels.kda.ideas.i003 import intra
+    from ladder.kernels.kda.ideas.i005 import wy
+    from ladder.kernels.kda.ideas.i008 import fwd
+
+    B, T, H, HV, K, V = 16, 8192, 16, 16, 128, 256
+    x = sb.inputs(B, T, H, HV, K, V)
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    dAqk = torch.randn(B, T, HV, 64, device="cuda", generator=gen) * 0.1
+    dAkk = torch.randn(B, T, HV, 64, device="cuda", generator=gen) * 0.1
+    dq, dk, dg = (torch.randn(B, T, HV, K, device="cuda", generator=gen) for _ in range(3))
+    db = torch.randn(B, T, HV, device="cuda", generator=gen)
+    _gen, kg, w, h0 = sb._state_inputs(x, B, H, HV, K, V, seed=2)
+    wy_args = [x[n] for n in ("q", "k", "v", "v_new", "g", "beta", "A", "h", "do", "dh", "dv")]
+    calls = {
+        "intra": lambda: intra.kda_bwd_intra(
+            x["q"], x["k"], x["g"], x["beta"], dAqk, dAkk, dq, dk, db, dg
+        ),
+        "wy": lambda: wy.kda_bwd_wy(*wy_args, x["scale"]),
+        "fwdho": lambda: fwd.fwd_h_o(x["q"], kg, w, x["v"], x["g"], x["A"], x["scale"], h0, True),
+    }
+    for name in only:
+        calls[name]()
+        torch.cuda.synchronize()
+        ms = triton.testing.do_bench(calls[name], warmup=5, rep=50)
+        print(f"{name} ms {ms:.3f}", flush=True)
+    torch.cuda.cudart().cudaProfilerStart()
+    for name in only:
+        calls[name]()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
