@@ -3,19 +3,19 @@
 """Where kernel_fun.kda._kernels came from. Literals only: tools/drift.py reads them
 with ast.literal_eval and never imports this module."""
 
-SOURCE_COMMIT = "4987756d4b291e55334ddc616af423ddea593e59"
+SOURCE_COMMIT = "9bb7c5a8e83b36c326bb4703974c148ac2b9f738"
 RECORD = {
     "idea": "009-bwd-gate-tail",
-    "record_id": "20261202T020457Z-da4b2fd8",
-    "sha256": "880df895bc24f4517b22f3b2f27c9d8824308950b20d34458b18708ba0e341d3",
+    "record_id": "20261202T223615Z-da4b2fd8",
+    "sha256": "01faada7cbb963cf086f9764d0fb850f1f1da486ddecc2974f65d01af15ce047",
 }
 KNOBS = {
     "KDA_DHU_BV": 64,
     "KDA_DHU_STAGES": 3,
     "KDA_DHU_WARPS": 8,
-    "KDA_FWDHO_BV": 64,
+    "KDA_FWDHO_BV": 128,
     "KDA_FWDHO_STAGES": 2,
-    "KDA_FWDHO_WARPS": 4,
+    "KDA_FWDHO_WARPS": 8,
     "KDA_GATE_TAIL_BK": 32,
     "KDA_GATE_TAIL_WARPS": 4,
     "KDA_INTRA_BK": 32,
@@ -39,16 +39,16 @@ SOURCE_FILES = {
     "ladder/kernels/kda/ideas/009-bwd-gate-tail/kernel.py": "d0358fc462f045268708340de521959bb86f6d5283559bb65735c51881cf54de",
 }
 OUTPUT_FILES = {
-    "package/src/kernel_fun/kda/_kernels/__init__.py": "ab3b930d34efe6a82a48d3dd473e2b9ac73ae9d764d237f08cb632a34a8d9af5",
-    "package/src/kernel_fun/kda/_kernels/chain7.py": "3965f3229b8d3197c538abad9536072d1be51d6ed9a23968dedaeb4e318e6520",
-    "package/src/kernel_fun/kda/_kernels/chain8.py": "dbe26ecb47ec2d2d40d807b22a95b3df4e0a87965940bda90f77ba03b0e032d1",
-    "package/src/kernel_fun/kda/_kernels/chain9.py": "6c7cd12e26071058d69d96ffe019308b2785b2b5a45b1f598d7c1ca12a847d82",
-    "package/src/kernel_fun/kda/_kernels/chain_stages5.py": "d073a87c14fe89c80c4e8b56230b91bec3fb1651be4542c7f1999d91a929d245",
-    "package/src/kernel_fun/kda/_kernels/dhu6.py": "441073acb8fda6021b2ff66c68e4c933eea305275349ea3ab7b212ab59b085ea",
-    "package/src/kernel_fun/kda/_kernels/fwd8.py": "c0792bf1781efe4272994f46220ffe2f7809a0a331f7560eb1ce069a380cf4c5",
-    "package/src/kernel_fun/kda/_kernels/gate9.py": "f9deeead3d89d34ff825e0bf48bcba336a7da8eb574701f20eaf49e498fc127d",
-    "package/src/kernel_fun/kda/_kernels/intra3.py": "d0a9643c2c152436ce402ef6873c70449e9500bb9fca2a91513acfcb2ad8792f",
-    "package/src/kernel_fun/kda/_kernels/wy5.py": "53fc8caa6c8ce45fb2604be3c3db66d3883c85c595f6610ba990adf5a1f01885",
+    "package/src/kernel_fun/kda/_kernels/__init__.py": "59eaf5a8885d41f8f1c893c5f5eccff2548a26b58fdfa52548c02f84ec2a5cf3",
+    "package/src/kernel_fun/kda/_kernels/chain7.py": "c8426fcc1e67200d49c0731d5cbc6a8c0cdcd91e842dd36c6742d0c6d556a7ca",
+    "package/src/kernel_fun/kda/_kernels/chain8.py": "96f2f89053ad4bc4b8214abc0d2267953f7f056f35009808d08e3617f5e40124",
+    "package/src/kernel_fun/kda/_kernels/chain9.py": "15700dedf5d4e66c07aeb5a781b240f3e1e94e4a493c61bcebe2e1846051f37f",
+    "package/src/kernel_fun/kda/_kernels/chain_stages5.py": "5f6fb1effa2320789faa81f9b05434e5d5b25f8dc89c8174ba60e05d999eb61e",
+    "package/src/kernel_fun/kda/_kernels/dhu6.py": "aeda973b2305c274c0e974b9fd95582cc10c1bb86c4038271e8a6bc61632fe15",
+    "package/src/kernel_fun/kda/_kernels/fwd8.py": "1cb25d78e76aa2afe5f49901f1b16433e0ad61cd2dfa4a605d4e886814a47899",
+    "package/src/kernel_fun/kda/_kernels/gate9.py": "31dd0244bec28d3c376f4b670ebaf8738765e4e9700a1883698e40e91437c1d4",
+    "package/src/kernel_fun/kda/_kernels/intra3.py": "3d4905180c8dad8ffeaf7f0d66765df8e59a0603e7bd83a6adac9bcb1f6b13c5",
+    "package/src/kernel_fun/kda/_kernels/wy5.py": "e2aa42a03afb5a8845ece8a33693809607fe748adad364b8940db07796b4b193",
 }
 VENDOR = {
     "libcst": "1.9.0",
