@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-REPORT = ROOT / "docs" / "results" / "prodtime-h200-20261202.json"
+REPORT = ROOT / "docs" / "results" / "prodtime-h200-20261202b.json"
 
 
 def test_readme_quotes_the_committed_prodtime_report() -> None:
@@ -70,7 +70,8 @@ def test_readme_research_numbers_are_the_committed_records() -> None:
     kda8 = "ladder/kernels/kda/ideas/008-fwd-state-out/records/"
     kda9 = "ladder/kernels/kda/ideas/009-bwd-gate-tail/records/"
     rows = [
-        (kda9 + "20261202T020457Z-da4b2fd8.json", "prod", "| 009 at prod B16 T8192 H16 K128 V256 |", 3, 2),
+        (kda9 + "20261202T223615Z-da4b2fd8.json", "prod", "| 009 at prod B16 T8192 H16 K128 V256, forward state stage at BV 128", 3, 2),
+        (kda9 + "20261202T020457Z-da4b2fd8.json", "prod", "| 009 at prod B16 T8192 H16 K128 V256, at 008's launch", 3, 2),
         (kda8 + "20261201T223626Z-16c84f64.json", "prod", "| 008 at prod B16 T8192 H16 K128 V256 |", 3, 2),
         (kda4 + "20261201T022516Z-7ae59cc0.json", "prod", "| 004 at prod B16 T8192 H16 K128 V256 |", 3, 2),
         (kda4 + "20261201T022556Z-7ae59cc0.json", "deep-gate", "| 004 at deep-gate B4 T4000", 3, 3),
