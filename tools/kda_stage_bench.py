@@ -43,7 +43,7 @@ set through the idea module's knob globals for the call (the same values its kno
 import); a launch with a maxnreg is skipped for an idea without that knob. Without
 `--launch` each idea runs at its own knob values (its defaults, or the KDA_* environment).
 
-A launch that does not fit the SM (Triton's OutOfResources: shared memory or registers)
+A launch that does not fit the SM (Triton's OutOfResources: shared memory or threads)
 is reported as such in its row and the sweep goes on. Per row: the median ms of
 ``triton.testing.do_bench``, whether two calls gave bitwise equal
 outputs (a kernel with a race shows here, not in an error against the oracle), and the
