@@ -132,6 +132,8 @@ VENDOR = {
         "010-gate-tail-k-loop": {"kernel": "chain10", "gate": "gate10"},  # 009, K looped
         # 010 with the forward's intra-chunk stage fused
         "011-fwd-intra-fused": {"kernel": "chain11", "intra_fwd": "intrafwd11"},
+        # 009 with the forward's diagonal score tiles anchored (011's chain, 009's backward)
+        "012-fwd-diag-anchored": {"kernel": "chain12", "intra_fwd": "intrafwd12"},
     },
 }
 
