@@ -23,8 +23,10 @@ versions, and two more parts:
   [N, D, W]: ``kernel_fun.cconv.causal_conv1d_update`` against fla's, and ``x.mul(1.0)``.
 - ``warmup_s``: in a fresh process with an empty Triton cache, the wall seconds of the first
   forward+backward at a new (D, W, dtype) key (B4 T4096 D1536 W3 fp16, silu), of the same
-  call again, of a new T in the same size bucket (T4000) and of one in another bucket (B1
-  T2731), for the package, for each cconv idea given with --idea (its dense ``cconv_fwd`` /
+  call again, of a new T in the same size bucket (T4000), of one in another bucket (B1
+  T2731), and of a second new key (B4 T4096 D1024 W4 bf16: what a new key costs once the
+  process has paid its one-time costs, the package's loading and checking of fla among
+  them), for the package, for each cconv idea given with --idea (its dense ``cconv_fwd`` /
   ``cconv_bwd`` under a bare autograd function: what the package would do once that idea
   is vendored) and for fla, each in its own process. --warmup-only measures this part
   alone. A warmup process running past WARMUP_TIMEOUT_S is stopped and recorded as such,
@@ -89,8 +91,10 @@ def _fns(B: int, T: int, D: int) -> dict:
 
 DECODE_N = (1, 16, 64)
 WARMUP_TIMEOUT_S = 300.0
-WARMUP_CALLS = {"first": (4, 4096), "again": (4, 4096), "new_t": (4, 4000),
-                "new_bucket": (1, 2731)}  # fmt: skip
+# name: (B, T, D, W, x dtype), run in this order in one process
+WARMUP_CALLS = {"first": (4, 4096, 1536, 3, "float16"), "again": (4, 4096, 1536, 3, "float16"),
+                "new_t": (4, 4000, 1536, 3, "float16"), "new_bucket": (1, 2731, 1536, 3, "float16"),
+                "new_key": (4, 4096, 1024, 4, "bfloat16")}  # fmt: skip
 _WARMUP_SRC = """
 import json, sys, time, torch
 which = sys.argv[1]
@@ -116,10 +120,10 @@ elif which.startswith("idea:"):
 else:
     from kernel_fun._common import compat
     conv = compat.fla_causal_conv1d()
-w = torch.randn(1536, 3, device="cuda", requires_grad=True)
 out = {}
-for name, (B, T) in json.loads(sys.argv[2]).items():
-    x = torch.randn(B, T, 1536, device="cuda", dtype=torch.float16, requires_grad=True)
+for name, (B, T, D, W, dt) in json.loads(sys.argv[2]).items():
+    w = torch.randn(D, W, device="cuda", requires_grad=True)
+    x = torch.randn(B, T, D, device="cuda", dtype=getattr(torch, dt), requires_grad=True)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     y = conv(x, w, activation="silu")
