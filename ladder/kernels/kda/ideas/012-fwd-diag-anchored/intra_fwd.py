@@ -16,8 +16,8 @@ log2 units, beta the row scale and s the attention scale:
     A[i, j]   = beta_i sum_k k_ik k_jk 2^(g_ik - g_jk)     j < i  (0 elsewhere)
 
 with 2^(g_i - g_j) = 2^(g_i - g_a) 2^(g_a - g_j): two exp2 per token and column (32 x K per
-sub-chunk), then two [16, K] x [K, 16] products in tf32x3 (fp32-accurate, as fla's
-per-pair sums are fp32). The anchor is the sub-chunk's first row, which depends on no later
+sub-chunk), then [16, K] x [K, 16] products in tf32x3 (fp32-accurate, as fla's per-pair
+sums are fp32). The anchor is the sub-chunk's first row, which depends on no later
 token, so row i's scores are computed from rows <= i alone (no later gate leaks into them
 through rounding).
 
@@ -33,7 +33,15 @@ Shapes: q, k [B, T, H, K] (L2-normalised; bf16/fp16/fp32); v [B, T, HV, V]; g
 [B, T, HV, K] fp32; beta [B, T, HV]; HV a multiple of H. A packed batch has B == 1,
 cu_seqlens [N + 1] and fla's chunk_indices [NT, 2]. Chunk size 64, sub-chunk 16.
 
-Env knobs: KDA_FWDDIAG_WARPS (warps per program, default 4).
+The products walk K in blocks of BK columns, two [16, BK] x [BK, 16] tf32x3 products per
+block into two [16, 16] fp32 accumulators. All of K in one block does not fit: at K 128 a
+static sm90 compile takes 255 registers and 224 bytes of stack per thread at 4 warps (the
+M = 16 product operand is replicated in every warp), and BK 16 at 1 warp takes 98
+registers and no stack, 19 programs per SM (the launch sweep is in NOTES.md).
+
+Env knobs: KDA_FWDDIAG_BK (K block, a power of two >= 16, default 16), KDA_FWDDIAG_WARPS
+(warps per program, default 1), KDA_FWDDIAG_STAGES (the K loop's pipeline stages, default
+2).
 """
 
 from __future__ import annotations
@@ -44,7 +52,9 @@ import torch
 import triton
 import triton.language as tl
 
-NUM_WARPS = int(os.environ.get("KDA_FWDDIAG_WARPS", "4"))
+BK = int(os.environ.get("KDA_FWDDIAG_BK", "16"))
+NUM_WARPS = int(os.environ.get("KDA_FWDDIAG_WARPS", "1"))
+NUM_STAGES = int(os.environ.get("KDA_FWDDIAG_STAGES", "2"))
 
 BT = 64
 BC = 16
@@ -88,46 +98,59 @@ def kda_fwd_diag_kernel(
     Akkd += (bos * HV + i_hv) * BC
 
     o_i = tl.arange(0, BC)
-    o_k = tl.arange(0, BK)
     rows = i0 + o_i
     m_r = rows < L
-    m_k = o_k < K
-    m_rk = m_r[:, None] & m_k[None, :]
-    b_q = tl.load(q + rows[:, None] * SQK + o_k[None, :], mask=m_rk, other=0.0).to(tl.float32)
-    b_k = tl.load(k + rows[:, None] * SQK + o_k[None, :], mask=m_rk, other=0.0).to(tl.float32)
-    b_g = tl.load(g + rows[:, None] * SG + o_k[None, :], mask=m_rk, other=0.0)
     b_b = tl.load(beta + rows * HV, mask=m_r, other=0.0).to(tl.float32)
-    b_ga = tl.load(g + i0 * SG + o_k, mask=m_k, other=0.0)  # the anchor: the first row
-
-    b_x = tl.where(m_rk, b_g - b_ga[None, :], 0.0)  # row exponents (<= 0, non-increasing g)
-    b_er = tl.exp2(b_x)
-    b_kt = tl.trans(b_k * tl.exp2(-b_x))  # key factors, >= 1
-    b_aq = tl.dot(b_q * b_er, b_kt, input_precision="tf32x3") * scale
-    b_ak = tl.dot(b_k * b_er, b_kt, input_precision="tf32x3") * b_b[:, None]
+    b_aq = tl.zeros([BC, BC], dtype=tl.float32)
+    b_ak = tl.zeros([BC, BC], dtype=tl.float32)
+    b_bad = tl.zeros([BC], dtype=tl.int32)
+    for i_k in range(0, tl.cdiv(K, BK)):
+        o_k = i_k * BK + tl.arange(0, BK)
+        m_k = o_k < K
+        m_rk = m_r[:, None] & m_k[None, :]
+        b_q = tl.load(q + rows[:, None] * SQK + o_k[None, :], mask=m_rk, other=0.0)
+        b_k = tl.load(k + rows[:, None] * SQK + o_k[None, :], mask=m_rk, other=0.0)
+        b_g = tl.load(g + rows[:, None] * SG + o_k[None, :], mask=m_rk, other=0.0)
+        b_ga = tl.load(g + i0 * SG + o_k, mask=m_k, other=0.0)  # the anchor: the first row
+        b_x = tl.where(m_rk, b_g - b_ga[None, :], 0.0)  # row exponents (<= 0: non-increasing g)
+        b_er = tl.exp2(b_x)
+        b_kt = tl.trans(b_k.to(tl.float32) * tl.exp2(-b_x))  # key factors, >= 1
+        b_aq += tl.dot(b_q.to(tl.float32) * b_er, b_kt, input_precision="tf32x3")
+        b_ak += tl.dot(b_k.to(tl.float32) * b_er, b_kt, input_precision="tf32x3")
+        b_bad |= (tl.max(tl.abs(b_x), axis=1) > LIMIT).to(tl.int32)
 
     m_le = o_i[None, :] <= o_i[:, None]
     m_lt = o_i[None, :] < o_i[:, None]
     p_aq = Aqk + rows[:, None] * (HV * BT) + (i_i * BC + o_i)[None, :]
     p_ak = Akkd + rows[:, None] * (HV * BC) + o_i[None, :]
-    tl.store(p_aq, tl.where(m_le, b_aq, 0.0).to(Aqk.dtype.element_ty), mask=m_r[:, None])
-    tl.store(p_ak, tl.where(m_lt, b_ak, 0.0), mask=m_r[:, None])
+    b_aq = tl.where(m_le, b_aq * scale, 0.0)
+    tl.store(p_aq, b_aq.to(Aqk.dtype.element_ty), mask=m_r[:, None])
+    tl.store(p_ak, tl.where(m_lt, b_ak * b_b[:, None], 0.0), mask=m_r[:, None])
 
     # rows past the range, and every later row of the sub-chunk: exact, one exp2 per pair
-    b_bad = (tl.max(tl.abs(b_x), axis=1) > LIMIT).to(tl.int32)
     b_bad = (tl.cumsum(b_bad, axis=0) > 0) & m_r
     if tl.max(b_bad.to(tl.int32), axis=0) > 0:
         tl.debug_barrier()
         for jj in range(0, tl.minimum(BC, L - i0)):
-            b_kj = tl.load(k + (i0 + jj) * SQK + o_k, mask=m_k, other=0.0).to(tl.float32)
-            b_gj = tl.load(g + (i0 + jj) * SG + o_k, mask=m_k, other=0.0)
-            m_e = (o_i >= jj)[:, None] & m_rk
-            b_ke = b_kj[None, :] * tl.exp2(tl.where(m_e, b_g - b_gj[None, :], -float("inf")))
-            c_q = tl.sum(b_q * b_ke, axis=1) * scale
-            c_k = tl.sum(b_k * b_ke, axis=1) * b_b
+            c_q = tl.zeros([BC], dtype=tl.float32)
+            c_k = tl.zeros([BC], dtype=tl.float32)
+            for i_k in range(0, tl.cdiv(K, BK)):
+                o_k = i_k * BK + tl.arange(0, BK)
+                m_k = o_k < K
+                m_e = ((o_i >= jj) & m_r)[:, None] & m_k[None, :]
+                b_q = tl.load(q + rows[:, None] * SQK + o_k[None, :], mask=m_e, other=0.0)
+                b_k = tl.load(k + rows[:, None] * SQK + o_k[None, :], mask=m_e, other=0.0)
+                b_g = tl.load(g + rows[:, None] * SG + o_k[None, :], mask=m_e, other=0.0)
+                b_kj = tl.load(k + (i0 + jj) * SQK + o_k, mask=m_k, other=0.0).to(tl.float32)
+                b_gj = tl.load(g + (i0 + jj) * SG + o_k, mask=m_k, other=0.0)
+                b_e = tl.exp2(tl.where(m_e, b_g - b_gj[None, :], -float("inf")))
+                b_ke = b_kj[None, :] * b_e
+                c_q += tl.sum(b_q.to(tl.float32) * b_ke, axis=1)
+                c_k += tl.sum(b_k.to(tl.float32) * b_ke, axis=1)
             m_s = b_bad & (o_i >= jj)
-            tl.store(Aqk + rows * (HV * BT) + i_i * BC + jj, c_q.to(Aqk.dtype.element_ty),
+            tl.store(Aqk + rows * (HV * BT) + i_i * BC + jj, (c_q * scale).to(Aqk.dtype.element_ty),
                      mask=m_s)  # fmt: skip
-            tl.store(Akkd + rows * (HV * BC) + jj, tl.where(o_i > jj, c_k, 0.0), mask=m_s)
+            tl.store(Akkd + rows * (HV * BC) + jj, tl.where(o_i > jj, c_k * b_b, 0.0), mask=m_s)
 
 
 def fwd_intra(q, k, v, g, beta, scale, cu_seqlens=None, chunk_indices=None, safe_gate=False):
@@ -176,8 +199,9 @@ def fwd_intra(q, k, v, g, beta, scale, cu_seqlens=None, chunk_indices=None, safe
     if NT > 0:
         kda_fwd_diag_kernel[(NT, NC, B * HV)](
             q, k, g, beta, Aqk, Akkd, cu_seqlens, chunk_indices, scale, T, H=H, HV=HV, K=K,
-            BK=triton.next_power_of_2(K), BT=BT, BC=BC, LIMIT=LIMIT,
+            BK=min(BK, triton.next_power_of_2(K)), BT=BT, BC=BC, LIMIT=LIMIT,
             IS_VARLEN=cu_seqlens is not None, num_warps=NUM_WARPS,
+            num_stages=NUM_STAGES,
         )  # fmt: skip
         chunk_kda_fwd_kernel_inter_solve_fused[(NT, B * HV)](
             q=q, k=k, g=g, beta=beta, Aqk=Aqk, Akkd=Akkd, Akk=Akk, scale=scale,
