@@ -35,8 +35,9 @@ T8192 H16 K128 V256, dense):
   the gate is the shape's, through fla's gate cumsum, so the share of diagonal-tile rows
   that take kda/011's exact loop is the layer's; the report gives it). fla's
   ``chunk_kda_fwd_intra`` against each idea's ``intra_fwd.fwd_intra`` at each launch: BK,
-  warps, solve warps, w/u fused (0/1). fla leaves Aqk above the diagonal unwritten, so Aqk
-  is compared on the lower triangle of each chunk.
+  warps, solve warps, w/u fused (0/1; kda/012 reads only BK and warps). fla leaves Aqk above
+  the diagonal unwritten (and so does kda/012), so Aqk is compared, and checked for
+  determinism, on the lower triangle of each chunk.
 
 fla's function is autotuned at that size in this process on its first call. The launch is
 set through the idea module's knob globals for the call (the same values its knobs give at
@@ -312,8 +313,8 @@ def exact_row_share(g, limit: float) -> float:
 
 
 def _fwdintra_calls(x: dict):
-    """(fla's call, ours(mod)) for the forward's intra-chunk stage; fla's Aqk is masked to
-    the lower triangle of each chunk (it leaves the rest unwritten)."""
+    """(fla's call, ours(mod)) for the forward's intra-chunk stage; both Aqk are masked to
+    the lower triangle of each chunk (fla leaves the rest unwritten, and so may an idea)."""
     import torch
     from fla.ops.kda.chunk_intra import chunk_kda_fwd_intra
 
@@ -336,7 +337,9 @@ def _fwdintra_calls(x: dict):
 
     def ours(mod):
         w, u, _qg, kg, Aqk, Akk = mod.fwd_intra(*args, cu_seqlens=cu, chunk_indices=ci)
-        return w, u, kg, Aqk, Akk
+        # masked as fla's: an idea that leaves those entries unwritten as fla does (kda/012)
+        # would otherwise compare whatever the allocator left there, call to call
+        return w, u, kg, torch.where(lower, Aqk, 0), Akk
 
     return fla_call, ours
 
