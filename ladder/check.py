@@ -80,6 +80,8 @@ class ShapeCheck:
     passed: bool
     problems: list[str] = field(default_factory=list)
     pooled: dict[str, dict[str, float]] | None = None
+    # {output: [(candidate, baseline) error per pooled seed]}: for printing, not recorded
+    per_seed: dict[str, list[tuple[float, float]]] | None = None
 
     def record_entry(self) -> dict:
         """The ``correctness`` object of a bench record (non-finite numbers as null)."""
@@ -120,6 +122,7 @@ def check_shape(
     *,
     baseline: bool,
     strided: bool = False,
+    pool_seeds: int | None = None,
 ) -> ShapeCheck:
     """Check one shape: fresh inputs from ``family.make_inputs(shape, device, seed)``, the
     oracle ``family.reference(*inputs)``, then ``family.run`` on the candidate (a warm-up
@@ -127,6 +130,8 @@ def check_shape(
     ``family.BASELINE``. ``strided`` passes the inputs through ``family.strided`` first.
     ``idea`` is an idea module (or BASELINE). Exceptions from the candidate or baseline
     propagate; LadderError when ``strided`` is asked of a family without ``strided``.
+    ``pool_seeds`` replaces family.RATIO_POOL_SEEDS for this check (a study of a noisy ratio;
+    bench records always pool over the family's number).
     Returns a :class:`ShapeCheck`; its name gets ``+strided`` for the strided layout."""
     import torch
 
@@ -182,10 +187,11 @@ def check_shape(
     def ratio_ok(c: float, b: float) -> bool:
         return c <= family.ERR_RATIO_MAX * b + SLACK
 
-    pooled = None
+    pooled = per_seed = None
     if base is not None and few and not problems:
         first = {n: (cand[n], base[n]) for n in few}
-        pooled = _pooled(family, idea, shape, dev, seed, strided, names, first)
+        n_seeds = int(family.RATIO_POOL_SEEDS if pool_seeds is None else pool_seeds)
+        pooled, per_seed = _pooled(family, idea, shape, dev, seed, strided, names, first, n_seeds)
     passed = not problems
     for n in names:
         ok = cand[n] <= family.TOLERANCES[n]
@@ -197,7 +203,7 @@ def check_shape(
             ok = ok and ratio_ok(cand[n], base[n])
         passed = passed and ok  # nan compares false: a non-finite output fails
     label = shape.name + ("+strided" if strided else "")
-    return ShapeCheck(label, cand, base, ratio, bool(passed), problems, pooled)
+    return ShapeCheck(label, cand, base, ratio, bool(passed), problems, pooled, per_seed)
 
 
 def _pooled(
@@ -209,11 +215,12 @@ def _pooled(
     strided: bool,
     names: tuple[str, ...],
     first: dict[str, tuple[float, float]],
-) -> dict[str, dict[str, float]]:
+    n_seeds: int,
+) -> tuple[dict[str, dict[str, float]], dict[str, list[tuple[float, float]]]]:
     """Errors of the outputs in ``first`` ({output: (candidate, baseline) error at ``seed``})
-    pooled with those at the next family.RATIO_POOL_SEEDS - 1 seeds: {output: {"seeds",
-    "candidate_err", "baseline_err", "err_ratio", "worst_candidate_err"}}."""
-    n_seeds = int(family.RATIO_POOL_SEEDS)
+    pooled with those at the next ``n_seeds - 1`` seeds: ({output: {"seeds",
+    "candidate_err", "baseline_err", "err_ratio", "worst_candidate_err"}}, {output: the
+    per-seed (candidate, baseline) errors})."""
     per = {n: [pair] for n, pair in first.items()}
     for s in range(seed + 1, seed + n_seeds):
         inputs = tuple(family.make_inputs(shape, dev, s))
@@ -240,4 +247,4 @@ def _pooled(
             "err_ratio": c / b if b > 0 else (math.inf if c > 0 else 1.0),
             "worst_candidate_err": worst,
         }
-    return res
+    return res, per

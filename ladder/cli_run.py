@@ -66,6 +66,15 @@ def check(
         typer.Option(help="Also check each shape with the family's strided(inputs) layouts."),
     ] = True,
     seed: Annotated[int | None, typer.Option(help="Input seed (default: fresh).")] = None,
+    pool_seeds: Annotated[
+        int | None,
+        typer.Option(
+            "--pool-seeds",
+            help="Judge few-element outputs (kda's dA_log) over this many seeds instead of the "
+            "family's RATIO_POOL_SEEDS, printing each seed's errors: a study of a noisy ratio "
+            "(bench records always use the family's number).",
+        ),
+    ] = None,
 ) -> None:
     """Correctness only: candidate vs the fp64 oracle, against fla's own error."""
     from ladder.prepare import check_seed, prepare_idea
@@ -79,6 +88,8 @@ def check(
 
         select_shapes(fam, shapes, CHECK_SHAPE_SETS)  # a name list: each must be the family's
     check_seed(seed)
+    if pool_seeds is not None and pool_seeds < 2:
+        raise LadderError(f"--pool-seeds {pool_seeds}: give 2 or more seeds to pool over")
     gpu = False if interpret else _gpu_available()
     seed = seed if seed is not None else secrets.randbits(30)
     out = console()
@@ -110,6 +121,7 @@ def check(
                 out.print("no CUDA GPU: checking the small shapes on Triton's CPU interpreter")
             argv = ["check", family, folder, "--interpret", "--seed", str(seed)]
             argv += [] if strided else ["--no-strided"]
+            argv += [] if pool_seeds is None else ["--pool-seeds", str(pool_seeds)]
             for item in knobs:
                 argv += ["--knob", item]
             raise typer.Exit(_respawn_interpreted(root, argv))
@@ -122,7 +134,18 @@ def check(
         shape_list = select_shapes(fam, shapes or "all", CHECK_SHAPE_SETS)
     raise typer.Exit(
         _run_check(
-            out, family, folder, knobs, root, defaults, device, shape_list, baseline, seed, strided
+            out,
+            family,
+            folder,
+            knobs,
+            root,
+            defaults,
+            device,
+            shape_list,
+            baseline,
+            seed,
+            strided,
+            pool_seeds,
         )
     )
 
@@ -139,6 +162,7 @@ def _run_check(
     baseline: bool,
     seed: int,
     strided: bool,
+    pool_seeds: int | None = None,
 ) -> int:
     from rich.table import Table
 
@@ -174,7 +198,14 @@ def _run_check(
         for st in (False, True) if strided else (False,):
             try:
                 res = check_shape(
-                    fam, prepared.module, shape, device, seed + i, baseline=baseline, strided=st
+                    fam,
+                    prepared.module,
+                    shape,
+                    device,
+                    seed + i,
+                    baseline=baseline,
+                    strided=st,
+                    pool_seeds=pool_seeds,
                 )
             except NotImplementedError as exc:
                 # a scaffold: one line, not a table of NaNs
@@ -213,6 +244,11 @@ def _run_check(
                 f"{p['candidate_err']:.3e} vs fla {p['baseline_err']:.3e} "
                 f"(ratio {p['err_ratio']:.3f}; worst single seed {p['worst_candidate_err']:.3e})"
             )
+            if pool_seeds is not None and res.per_seed and n in res.per_seed:
+                out.print(
+                    "    per seed (candidate / fla): "
+                    + ", ".join(f"{c:.3e}/{b:.3e}" for c, b in res.per_seed[n])
+                )
     for res in results:
         for p in res.problems:
             out.print(f"{res.name}: {p}")

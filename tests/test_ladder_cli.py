@@ -113,6 +113,10 @@ def test_knob_the_idea_never_reads(cmd: str, no_gpu) -> None:
     assert_usage_error(run(cmd, "toy", "0", "--knob", "TOY_BLOCK=4"), "never reads TOY_BLOCK")
 
 
+def test_pool_seeds_below_two(no_gpu) -> None:
+    assert_usage_error(run("check", "toy", "1", "--pool-seeds", "1"), "give 2 or more seeds")
+
+
 def test_bad_knob_values(no_gpu) -> None:
     assert_usage_error(run("bench", "toy", "1", "--knob", "TOY_BLOCK=wide"), "TOY_BLOCK")
     assert_usage_error(run("bench", "toy", "1", "--knob", "toy_block=4"), "KEY=VALUE")

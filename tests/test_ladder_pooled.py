@@ -70,6 +70,25 @@ def test_a_few_element_output_is_judged_pooled() -> None:
     assert v.correctness({"correctness": entry}, "shapes[0].correctness") is True
 
 
+def test_pool_seeds_widens_the_pool_and_keeps_each_seed() -> None:
+    # worse than fla at seeds 0-3, better at 4-7: the family's 4 seeds fail, 8 seeds pass
+    cand = {s: (0.01, 0.014 if s < 4 else 0.006) for s in range(8)}
+    base = {s: (0.01, 0.01) for s in range(8)}
+    fam, idea = toy(cand, base, **POOL)
+    res = check.check_shape(fam, idea, Shape("s"), "cpu", 0, baseline=True)
+    assert not res.passed and res.pooled["few"]["seeds"] == 4
+    res = check.check_shape(fam, idea, Shape("s"), "cpu", 0, baseline=True, pool_seeds=8)
+    p = res.pooled["few"]
+    assert res.passed and p["seeds"] == 8
+    assert p["err_ratio"] == pytest.approx(
+        math.sqrt((4 * 0.014**2 + 4 * 0.006**2) / 8e-4), rel=1e-4
+    )
+    assert [c for c, _ in res.per_seed["few"]] == pytest.approx(
+        [cand[s][1] for s in range(8)], rel=1e-4
+    )
+    assert "per_seed" not in res.record_entry()  # printed, never recorded
+
+
 def test_a_few_element_output_worse_at_every_seed_fails_pooled() -> None:
     cand = {s: (0.01, 0.02) for s in range(4)}
     base = {s: (0.01, 0.01) for s in range(4)}
