@@ -43,6 +43,10 @@ _KEY_RE = re.compile(r"^[A-Z][A-Z0-9_]*\Z")
 SEED_LIMIT = 2**63
 
 
+# bool knob values as a record prints them, and the 1 / 0 the knob's code compares with
+_BOOL_WORDS = {"True": "1", "true": "1", "False": "0", "false": "0"}
+
+
 def check_seed(seed: int | None) -> None:
     """Refuse a ``--seed`` outside [0, 2**63) with a one-line LadderError, before anything
     runs (an out-of-range seed would otherwise fail every shape and blame the idea). None
@@ -331,7 +335,10 @@ def prepare_idea(
     found = idea_knobs(family, folder, root)
     _check_defaults(found)
     given = parse_knob_args(knob_items)
-    for key, value in given.items():
+    for key, value in list(given.items()):
+        if key in found and found[key].kind == "bool" and value in _BOOL_WORDS:
+            # records store a bool knob as true/false: take it as the 1/0 the code compares with
+            given[key] = value = _BOOL_WORDS[value]
         if key not in found:
             reads = ", ".join(sorted(found)) or "no knobs"
             raise LadderError(
@@ -343,7 +350,9 @@ def prepare_idea(
             raise LadderError(f"--knob {key}={value}: {exc}") from None
         if found[key].kind == "bool" and value not in ("0", "1"):
             # The code would quietly read e.g. "true" as off (it compares with one string).
-            raise LadderError(f"--knob {key}={value}: {key} is a bool knob; give 0 or 1")
+            raise LadderError(
+                f"--knob {key}={value}: {key} is a bool knob; give 0 or 1 (or true / false)"
+            )
     env = {k: str(v) for k, v in (defaults or {}).items() if k in found and k not in given}
     env.update(given)
     _check_environment(found, given, {**os.environ, **env})

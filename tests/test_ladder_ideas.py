@@ -115,6 +115,14 @@ def test_knobs_include_imported_ideas_and_apply_before_import(monkeypatch) -> No
     assert p2.module.BLOCK == 32
 
 
+@pytest.mark.parametrize(("word", "on"), [("True", True), ("true", True), ("False", False)])
+def test_a_bool_knob_takes_the_words_a_record_prints(word: str, on: bool) -> None:
+    # records store bool knobs as true/false; the knob's code compares with "1"
+    p = prepare.prepare_idea("toy", "1", [f"TOY_FAST={word}"], FIXTURE_ROOT)
+    assert p.module.FAST is on and os.environ["TOY_FAST"] == ("1" if on else "0")
+    assert p.knob_values()["TOY_FAST"] is on
+
+
 @pytest.mark.parametrize(
     ("items", "message"),
     [
@@ -122,7 +130,7 @@ def test_knobs_include_imported_ideas_and_apply_before_import(monkeypatch) -> No
         (["TOY_BLOCK=big"], "--knob TOY_BLOCK=big"),
         (["TOY_BLOCK"], "--knob takes KEY=VALUE"),
         (["TOY_BLOCK=1", "TOY_BLOCK=2"], "--knob TOY_BLOCK given twice"),
-        (["TOY_FAST=true"], "--knob TOY_FAST=true: TOY_FAST is a bool knob; give 0 or 1"),
+        (["TOY_FAST=yes"], "--knob TOY_FAST=yes: TOY_FAST is a bool knob; give 0 or 1"),
     ],
 )
 def test_bad_knobs(items: list[str], message: str) -> None:

@@ -20,19 +20,31 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Annotated
+
+import typer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 STAGES = ("intra", "wy", "fwdho")
+app = typer.Typer(add_completion=False, help=__doc__, rich_markup_mode=None)
 
 
-def main(argv: list[str]) -> int:
-    only = argv or list(STAGES)
+@app.command(help=__doc__)
+def main(
+    stages: Annotated[
+        list[str] | None, typer.Argument(help="any of intra, wy, fwdho (default: all)")
+    ] = None,
+) -> None:
+    only = list(stages or STAGES)
     unknown = [s for s in only if s not in STAGES]
     if unknown:
-        print(f"kda_ncu_stages: unknown stage {unknown[0]!r}: give any of {', '.join(STAGES)}")
-        return 2
+        typer.echo(
+            f"kda_ncu_stages: unknown stage {unknown[0]!r}: give any of {', '.join(STAGES)}",
+            err=True,
+        )
+        raise typer.Exit(2)
     import kda_stage_bench as sb
     import torch
     import triton
@@ -66,8 +78,7 @@ def main(argv: list[str]) -> int:
         calls[name]()
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStop()
-    return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    app()
