@@ -879,8 +879,9 @@ def test_two_runs_are_byte_identical_and_a_commit_reproduces(tmp_path):
 
 def test_family_edits_outside_what_the_vendor_reads_do_not_move_the_pin(tmp_path):
     """A later commit that edits family.py (shapes, the baseline...) but not FAMILY,
-    ENTRY_POINTS, VENDOR or TARGET_DEVICE leaves the vendor output byte for byte as it was;
-    a change to VENDOR moves SOURCE_COMMIT to that commit."""
+    ENTRY_POINTS, TARGET_DEVICE or the VENDOR entries of the vendored modules leaves the
+    vendor output byte for byte as it was (mapping another idea included); renaming a
+    vendored module moves SOURCE_COMMIT to that commit."""
     lad = one_idea(tmp_path, BRANCHY)
     rid = lad.add_record("001-first", {"TOY_N": 6})
     source = lad.commit("record")
@@ -896,7 +897,13 @@ def test_family_edits_outside_what_the_vendor_reads_do_not_move_the_pin(tmp_path
     assert res.code == 0, res.stderr
     assert lad.package_bytes() == first and "0 file(s) changed" in res.stdout
     lad.set_family({"001-first": {"kernel": "first"}, "002-later": {"kernel": "later"}})
-    moved = lad.commit("family: map another idea")
+    lad.commit("family: map another idea")
+    res = lad.vendor("--record", rid)
+    assert res.code == 0, res.stderr
+    assert lad.package_bytes() == first and "0 file(s) changed" in res.stdout
+    assert _provenance(lad)["SOURCE_COMMIT"] == source
+    lad.set_family({"001-first": {"kernel": "first_v2"}, "002-later": {"kernel": "later"}})
+    moved = lad.commit("family: rename the vendored module")
     assert lad.vendor("--record", rid).code == 0
     assert _provenance(lad)["SOURCE_COMMIT"] == moved
 

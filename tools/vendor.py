@@ -191,11 +191,28 @@ def print_inventory(console: Console, result: vl.VendorResult) -> None:
         console.print("  " + "  ".join([*cells, r[4]]).rstrip(), markup=False)
 
 
-def spec_commit(repo: Path, head: str, spec: vl.FamilySpec) -> str | None:
+def _vendored_part(spec: vl.FamilySpec, used: set[tuple[str, str]] | None) -> tuple:
+    """The part of a FamilySpec one vendor output depends on: FAMILY, ENTRY_POINTS,
+    TARGET_DEVICE, the package, and the VENDOR map entries of the (idea, module) pairs the
+    output was built from (all of them when ``used`` is None). Another idea's entry does
+    not count: adding one changes no vendored byte."""
+    modules = spec.modules
+    if used is not None:
+        modules = {
+            f: {m: n for m, n in mods.items() if (f, m) in used} for f, mods in modules.items()
+        }
+        modules = {f: mods for f, mods in modules.items() if mods}
+    return (spec.family, spec.entry_points, spec.package, spec.target_device, modules)
+
+
+def spec_commit(
+    repo: Path, head: str, spec: vl.FamilySpec, used: set[tuple[str, str]] | None = None
+) -> str | None:
     """The newest commit at or before ``head`` that changed what the vendor reads from
-    family.py (FAMILY, ENTRY_POINTS, VENDOR, TARGET_DEVICE: the FamilySpec); edits to the
-    rest of the file (shapes, tolerances, the baseline, the oracle) do not count. None when
-    git has no history of the file."""
+    family.py for this output (the FamilySpec as ``_vendored_part`` narrows it to the
+    (idea, module) pairs in ``used``); edits to the rest of the file (shapes, tolerances, the
+    baseline, the oracle) and map entries of other ideas do not count. None when git has no
+    history of the file."""
     rel = f"{spec.family_dir}/family.py"
     for commit in vl.git(repo, "log", "--format=%H", head, "--", rel).decode().split():
         try:
@@ -206,7 +223,7 @@ def spec_commit(repo: Path, head: str, spec: vl.FamilySpec) -> str | None:
             before = vl.load_family_spec(repo, f"{commit}^", spec.family)
         except vl.VendorError:
             return commit  # the first commit of the file (or of the repository)
-        if now != before:
+        if _vendored_part(now, used) != _vendored_part(before, used):
             return commit
     return None
 
@@ -214,12 +231,18 @@ def spec_commit(repo: Path, head: str, spec: vl.FamilySpec) -> str | None:
 def inputs_commit(repo: Path, head: str, spec: vl.FamilySpec, result: vl.VendorResult) -> str:
     """The newest commit at or before ``head`` that changed anything the output depends on:
     the vendored source modules, the winning record, pyproject.toml (ruff's configuration)
-    and the FamilySpec literals of family.py (see spec_commit)."""
+    and the FamilySpec literals of family.py that this output reads (see spec_commit)."""
     paths = [*sorted(result.sources), result.record_path, "pyproject.toml"]
     found = vl.git(repo, "log", "-1", "--format=%H", head, "--", *paths).decode().strip()
     if not found:
         raise vl.VendorError(f"cannot find the commit that last changed {paths[0]}")
-    family_change = spec_commit(repo, head, spec)
+    prefix = f"{spec.ideas_dir}/"
+    used = {
+        (rel[len(prefix) :].split("/")[0], Path(rel).stem)
+        for rel in result.sources
+        if rel.startswith(prefix)
+    }
+    family_change = spec_commit(repo, head, spec, used)
     if family_change is None or family_change == found:
         return found
 
