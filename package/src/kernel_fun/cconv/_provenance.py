@@ -52,5 +52,5 @@ OUTPUT_FILES = {
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "c8b8eeae68082df313175994f8678df27e4786930d2b74b062f407f2e6989052",
+    "tool_sha256": "c1e1e6717c9afd87db5d0d95def3f54134c394b1b918147695597dce562ba91e",
 }

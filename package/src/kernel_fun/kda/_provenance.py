@@ -3,7 +3,7 @@
 """Where kernel_fun.kda._kernels came from. Literals only: tools/drift.py reads them
 with ast.literal_eval and never imports this module."""
 
-SOURCE_COMMIT = "441c6d080c247627675606c0853c6a7098e76c90"
+SOURCE_COMMIT = "9bb7c5a8e83b36c326bb4703974c148ac2b9f738"
 RECORD = {
     "idea": "009-bwd-gate-tail",
     "record_id": "20261202T223615Z-da4b2fd8",
@@ -39,19 +39,19 @@ SOURCE_FILES = {
     "ladder/kernels/kda/ideas/009-bwd-gate-tail/kernel.py": "d0358fc462f045268708340de521959bb86f6d5283559bb65735c51881cf54de",
 }
 OUTPUT_FILES = {
-    "package/src/kernel_fun/kda/_kernels/__init__.py": "538a2ba0c18093408909d2c65411571cac51315b90c2af498074be63bfd2a9a1",
-    "package/src/kernel_fun/kda/_kernels/chain7.py": "52c5e494ec2abfcf376af93a732220d5067bd11dead31626b0b5e135407d1930",
-    "package/src/kernel_fun/kda/_kernels/chain8.py": "1236e8887dc3413ba91f2181ddecf2e194df5bcc7bebcdcebde1093812836a95",
-    "package/src/kernel_fun/kda/_kernels/chain9.py": "ce34c5e7e74cc6f179ff96a31893f1e6cb353113d05518b1caf6b42d0cdcb7d6",
-    "package/src/kernel_fun/kda/_kernels/chain_stages5.py": "0a3776d915b91bb2caac2262e6c5374e9a735c4c87c2cb0d2dbc3d8ddc510a64",
-    "package/src/kernel_fun/kda/_kernels/dhu6.py": "c075aab62d9d10f3fcee43ffe34ebac3c78ee7a0c5cd06ea9d2a85de7bf69d87",
-    "package/src/kernel_fun/kda/_kernels/fwd8.py": "49e3118ff0b3646856f68587feb0dcf335ca76cd08aeab55021ffed4ca3e95be",
-    "package/src/kernel_fun/kda/_kernels/gate9.py": "fc7d581b7db15227a0b1a654d186782b0eb54a87f76601602fc4544ae8a1ec8f",
-    "package/src/kernel_fun/kda/_kernels/intra3.py": "76b9bbf70c8b5cdaa11c06022431380a70f14ac282d92c3d2829319ee4337d9f",
-    "package/src/kernel_fun/kda/_kernels/wy5.py": "ad3b47e5e331afe3d56d06d093a532e1552afa1f49f66f20b50f37fbe925e2bf",
+    "package/src/kernel_fun/kda/_kernels/__init__.py": "59eaf5a8885d41f8f1c893c5f5eccff2548a26b58fdfa52548c02f84ec2a5cf3",
+    "package/src/kernel_fun/kda/_kernels/chain7.py": "c8426fcc1e67200d49c0731d5cbc6a8c0cdcd91e842dd36c6742d0c6d556a7ca",
+    "package/src/kernel_fun/kda/_kernels/chain8.py": "96f2f89053ad4bc4b8214abc0d2267953f7f056f35009808d08e3617f5e40124",
+    "package/src/kernel_fun/kda/_kernels/chain9.py": "15700dedf5d4e66c07aeb5a781b240f3e1e94e4a493c61bcebe2e1846051f37f",
+    "package/src/kernel_fun/kda/_kernels/chain_stages5.py": "5f6fb1effa2320789faa81f9b05434e5d5b25f8dc89c8174ba60e05d999eb61e",
+    "package/src/kernel_fun/kda/_kernels/dhu6.py": "aeda973b2305c274c0e974b9fd95582cc10c1bb86c4038271e8a6bc61632fe15",
+    "package/src/kernel_fun/kda/_kernels/fwd8.py": "1cb25d78e76aa2afe5f49901f1b16433e0ad61cd2dfa4a605d4e886814a47899",
+    "package/src/kernel_fun/kda/_kernels/gate9.py": "31dd0244bec28d3c376f4b670ebaf8738765e4e9700a1883698e40e91437c1d4",
+    "package/src/kernel_fun/kda/_kernels/intra3.py": "3d4905180c8dad8ffeaf7f0d66765df8e59a0603e7bd83a6adac9bcb1f6b13c5",
+    "package/src/kernel_fun/kda/_kernels/wy5.py": "e2aa42a03afb5a8845ece8a33693809607fe748adad364b8940db07796b4b193",
 }
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "c8b8eeae68082df313175994f8678df27e4786930d2b74b062f407f2e6989052",
+    "tool_sha256": "c1e1e6717c9afd87db5d0d95def3f54134c394b1b918147695597dce562ba91e",
 }
