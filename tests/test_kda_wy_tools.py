@@ -226,3 +226,38 @@ def test_exact_row_share_counts_a_deep_row_and_every_later_row_of_its_tile() -> 
     g[0, 16 + 5, 0, 2] = g[0, 16, 0, 2] - 113.0
     assert kda_stage_bench.exact_row_share(g, 112.0) == 11 / 64
     assert kda_stage_bench.exact_row_share(g, 113.0) == 0.0
+
+
+def test_bench_rounds_shuffle_the_order_and_pair_the_ratios() -> None:
+    import kda_stage_bench
+
+    ran: list[str] = []
+
+    def make(name: str, ms: float):
+        def call():
+            ran.append(name)
+            return ms
+
+        return call
+
+    calls = {"fla": make("fla", 2.0), "0": make("0", 1.0), "1": make("1", 4.0)}
+    times, orders = kda_stage_bench.interleaved_times(calls, 6, lambda f: f(), seed=3)
+    assert ran == [n for order in orders for n in order]  # timed in each round's order
+    assert all(sorted(o) == ["0", "1", "fla"] for o in orders)
+    assert len({tuple(o) for o in orders}) > 1  # shuffled, not one fixed order
+    assert times == {"fla": [2.0] * 6, "0": [1.0] * 6, "1": [4.0] * 6}
+    again, orders2 = kda_stage_bench.interleaved_times(calls, 6, lambda f: f(), seed=3)
+    assert orders2 == orders and again == times  # seeded: a run repeats
+    s = kda_stage_bench.round_summary([1.0, 3.0, 2.0], [2.0, 3.0, 5.0])
+    assert s == dict(ms_median=2.0, ms_min=1.0, ms_max=3.0, ratio_median=2.0)
+
+
+def test_bench_a_timed_launch_sets_its_knobs_for_the_call_only() -> None:
+    import types
+
+    import kda_stage_bench
+
+    mod = types.SimpleNamespace(BK=64, NUM_WARPS=4)
+    call = kda_stage_bench._at_launch(lambda m: (m.BK, m.NUM_WARPS), mod, dict(BK=16, NUM_WARPS=1))
+    assert call() == (16, 1)
+    assert (mod.BK, mod.NUM_WARPS) == (64, 4)

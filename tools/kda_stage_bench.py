@@ -44,6 +44,12 @@ set through the idea module's knob globals for the call (the same values its kno
 import); a launch with a maxnreg is skipped for an idea without that knob. Without
 `--launch` each idea runs at its own knob values (its defaults, or the KDA_* environment).
 
+`--rounds N` then times fla and every launch that ran N more times, one call of each per
+round in an order shuffled afresh each round (seeded, so a run repeats), so that neither
+side always runs first, or right after the other, on a warming GPU; the report adds each
+row's per-round times, their median and spread, and the median of the per-round ratios
+fla / ours.
+
 A launch that does not fit the SM (Triton's OutOfResources: shared memory or threads)
 is reported as such in its row and the sweep goes on. Per row: the median ms of
 ``triton.testing.do_bench``, whether two calls gave bitwise equal
@@ -59,7 +65,10 @@ import importlib
 import json
 import math
 import platform
+import random
+import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -98,6 +107,39 @@ def launch_values(launch: dict[str, int], current: dict[str, int]) -> dict[str, 
     if not launch:
         return dict(current)
     return {n: launch.get(n, 0 if n == "MAXNREG" else v) for n, v in current.items()}
+
+
+def interleaved_times(
+    calls: dict[str, Callable[[], object]],
+    rounds: int,
+    timer: Callable[[Callable[[], object]], float],
+    seed: int = 0,
+) -> tuple[dict[str, list[float]], list[list[str]]]:
+    """Each of ``calls`` timed once per round by ``timer`` (ms), the order of the calls
+    shuffled afresh each round with ``random.Random(seed)``: ({name: ms per round}, the
+    order of each round)."""
+    rng = random.Random(seed)
+    names = list(calls)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    orders = []
+    for _ in range(rounds):
+        order = names[:]
+        rng.shuffle(order)
+        orders.append(order)
+        for name in order:
+            times[name].append(float(timer(calls[name])))
+    return times, orders
+
+
+def round_summary(ours: list[float], fla: list[float]) -> dict[str, float]:
+    """Median and spread of one row's per-round times, and the median of the per-round
+    ratios fla / ours (paired by round)."""
+    return dict(
+        ms_median=statistics.median(ours),
+        ms_min=min(ours),
+        ms_max=max(ours),
+        ratio_median=statistics.median(f / o for f, o in zip(fla, ours, strict=True)),
+    )
 
 
 def parse_launch(spec: str, stage: str = "wy") -> dict[str, int]:
@@ -344,6 +386,23 @@ def _fwdintra_calls(x: dict):
     return fla_call, ours
 
 
+def _at_launch(ours_of, mod, values: dict[str, int]) -> Callable[[], object]:
+    """A zero-argument call of ``mod``'s stage at the knob globals ``values``, the module's
+    own values put back after each call."""
+
+    def call():
+        saved = {n: getattr(mod, n) for n in values}
+        for n, val in values.items():
+            setattr(mod, n, val)
+        try:
+            return ours_of(mod)
+        finally:
+            for n, val in saved.items():
+                setattr(mod, n, val)
+
+    return call
+
+
 def main(
     ideas: list[str] = typer.Argument(..., help="kda idea numbers with the stage, e.g. 004 005"),
     stage: str = typer.Option(
@@ -361,6 +420,12 @@ def main(
         "prod",
         help="fwdintra: the kda family shape whose inputs (and sizes: --B .. --V are not "
         "used) it runs on",
+    ),
+    rounds: int = typer.Option(
+        0,
+        min=0,
+        help="then time fla and every launch that ran this many more times, one call each "
+        "per round in a shuffled order",
     ),
     out: Path = typer.Option(Path("out/kda-stage-bench.json"), help="the JSON report"),
     B: int = typer.Option(16, min=1),
@@ -429,6 +494,7 @@ def main(
     fla_ms = triton.testing.do_bench(fla_call)
     typer.echo(f"fla {stage} B{B} T{T} H{H} HV{HV} K{K} V{V}: {fla_ms:.3f} ms {extra or ''}")
     rows, bad = [], False
+    timed_calls: dict[str, Callable[[], object]] = {"fla": fla_call}
     for lp in launches:
         for idea, mod in mods.items():
             if "MAXNREG" in lp and not hasattr(mod, "MAXNREG"):
@@ -470,10 +536,29 @@ def main(
                 idea=idea, **values, ms=ms, fla_ms=fla_ms, deterministic=same, rel_diff=diffs
             )
             rows.append(row)
+            timed_calls[str(len(rows) - 1)] = _at_launch(ours_of, mod, values)
             typer.echo(
                 f"{idea} {','.join(str(v) for v in values.values())}: {ms:.3f} ms ({fla_ms / ms:.2f}x "
                 f"fla), deterministic {same}, largest difference from fla {diffs[worst]:.1e} "
                 f"({worst}){'' if ok else '  <- FAILS'}"
+            )
+    if rounds:
+        times, orders = interleaved_times(timed_calls, rounds, triton.testing.do_bench)
+        extra["rounds"] = rounds
+        extra["fla_ms_rounds"] = times["fla"]
+        extra["round_orders"] = orders
+        typer.echo(f"{rounds} shuffled rounds: fla median {statistics.median(times['fla']):.3f} ms")
+        for key, ms_list in times.items():
+            if key == "fla":
+                continue
+            row = rows[int(key)]
+            row["ms_rounds"] = ms_list
+            row.update(round_summary(ms_list, times["fla"]))
+            launch_txt = ",".join(str(row[n]) for n in KNOBS[stage] if n in row)
+            typer.echo(
+                f"{row['idea']} {launch_txt}: median {row['ms_median']:.3f} ms "
+                f"({row['ms_min']:.3f}-{row['ms_max']:.3f}), per-round fla/ours median "
+                f"{row['ratio_median']:.3f}x"
             )
     report = dict(
         tool="kda_stage_bench", stage=stage, device=torch.cuda.get_device_name(),
