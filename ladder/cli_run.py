@@ -17,6 +17,8 @@ from ladder import paths, records
 from ladder.cliutil import CHECK_SHAPE_SETS, console, ctx_root, guard
 from ladder.paths import LadderError, NoGpu
 
+MAX_POOL_SEEDS = 64  # check --pool-seeds: each seed runs the oracle, fla and the idea once
+
 __all__ = ["PhaseLines", "bench", "check", "render_record"]
 
 
@@ -70,15 +72,20 @@ def check(
         int | None,
         typer.Option(
             "--pool-seeds",
-            help="Judge few-element outputs (kda's dA_log) over this many seeds instead of the "
-            "family's RATIO_POOL_SEEDS, printing each seed's errors: a study of a noisy ratio "
-            "(bench records always use the family's number).",
+            help="Judge few-element outputs (kda's dA_log) over this many seeds (2 to 64) "
+            "instead of the family's RATIO_POOL_SEEDS, printing each seed's errors: a study of a "
+            "noisy ratio (bench records always use the family's number). Only on a GPU, for a "
+            "family with RATIO_MIN_ELEMENTS (kda).",
         ),
     ] = None,
 ) -> None:
     """Correctness only: candidate vs the fp64 oracle, against fla's own error."""
     from ladder.prepare import check_seed, prepare_idea
 
+    if pool_seeds is not None and not 2 <= pool_seeds <= MAX_POOL_SEEDS:
+        raise LadderError(
+            f"--pool-seeds {pool_seeds}: give 2 to {MAX_POOL_SEEDS} seeds to pool over"
+        )
     root = ctx_root(ctx)
     knobs = list(knob or [])
     fam = paths.load_family(family, root, complete=True)
@@ -88,8 +95,6 @@ def check(
 
         select_shapes(fam, shapes, CHECK_SHAPE_SETS)  # a name list: each must be the family's
     check_seed(seed)
-    if pool_seeds is not None and pool_seeds < 2:
-        raise LadderError(f"--pool-seeds {pool_seeds}: give 2 or more seeds to pool over")
     gpu = False if interpret else _gpu_available()
     seed = seed if seed is not None else secrets.randbits(30)
     out = console()
@@ -98,7 +103,8 @@ def check(
         if why_not:
             raise NoGpu(
                 f"family {family} cannot run on Triton's CPU interpreter ({why_not}); run "
-                f"`python -m ladder check {family} {folder}` on the GPU machine"
+                f"`python -m ladder check {family} {folder}"
+                f"{'' if pool_seeds is None else f' --pool-seeds {pool_seeds}'}` on the GPU machine"
             )
         if "small" not in fam.SHAPES:
             raise NoGpu(
@@ -188,6 +194,13 @@ def _run_check(
     if strided and getattr(fam, "strided", None) is None:
         out.print(f"family {family} defines no strided layouts: checking the given layout only")
         strided = False
+    if pool_seeds is not None and not (baseline and getattr(fam, "RATIO_MIN_ELEMENTS", 0)):
+        why = (
+            f"family {family} judges every output at one seed (no RATIO_MIN_ELEMENTS)"
+            if baseline
+            else "fla's baseline does not run on the interpreter, so there is no ratio to pool"
+        )
+        out.print(f"--pool-seeds {pool_seeds} changes nothing here: {why}")
     names = tuple(fam.TOLERANCES)
     results: list[ShapeCheck] = []
     skipped: list[str] = []

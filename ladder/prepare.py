@@ -276,11 +276,19 @@ def _check_environment(
     found: Mapping[str, knobs.Knob], given: Mapping[str, str], environ: Mapping[str, str]
 ) -> None:
     """Refuse a knob set in the environment (not by --knob) to a value its code cannot use:
-    one its conversion rejects, or a non-finite float, before anything is imported or timed."""
+    one its conversion rejects, a non-finite float, or a bool knob's value other than 0 or 1
+    (its code compares with one string, so "true" would quietly read as off), before
+    anything is imported or timed."""
     for key in sorted(set(found) - set(given)):
         raw = environ.get(key)
         if raw is None:
             continue
+        if found[key].kind == "bool" and raw not in ("0", "1"):
+            hint = f" or pass --knob {key}={raw}" if raw in _BOOL_WORDS else ""
+            raise LadderError(
+                f"{key}={raw!r} in the environment: {key} is a bool knob whose code reads only "
+                f"1 as on; set it to 1 or 0 (`export {key}=1`){hint}, or unset it"
+            )
         try:
             parse_knob_value(found[key], raw)
         except knobs.KnobError as exc:
@@ -396,7 +404,9 @@ def sweep_points(items: Sequence[str]) -> list[list[str]]:
         vals = raw.split(",")
         if any(v == "" for v in vals):
             raise LadderError(f"--knob {item}: an empty value in the list; drop the extra comma")
-        dup = next((v for i, v in enumerate(vals) if v in vals[:i]), None)
+        # true / false are a bool knob's 1 / 0 (a non-bool knob refuses them later)
+        same = [_BOOL_WORDS.get(v, v) for v in vals]
+        dup = next((v for i, v in enumerate(vals) if same[i] in same[:i]), None)
         if dup is not None:
             raise LadderError(f"--knob {item}: value {dup!r} is listed twice; list it once")
         keys.append(key)

@@ -113,8 +113,14 @@ def test_knob_the_idea_never_reads(cmd: str, no_gpu) -> None:
     assert_usage_error(run(cmd, "toy", "0", "--knob", "TOY_BLOCK=4"), "never reads TOY_BLOCK")
 
 
-def test_pool_seeds_below_two(no_gpu) -> None:
-    assert_usage_error(run("check", "toy", "1", "--pool-seeds", "1"), "give 2 or more seeds")
+def test_pool_seeds_outside_2_to_64(no_gpu) -> None:
+    assert_usage_error(run("check", "toy", "1", "--pool-seeds", "1"), "give 2 to 64 seeds")
+    assert_usage_error(run("check", "toy", "1", "--pool-seeds", "65"), "give 2 to 64 seeds")
+
+
+def test_pool_seeds_says_when_it_changes_nothing(interpret_env) -> None:
+    res = run("check", "toy", "1", "--interpret", "--pool-seeds", "8")
+    assert "--pool-seeds 8 changes nothing here" in res.stdout, res.stdout
 
 
 def test_bad_knob_values(no_gpu) -> None:

@@ -123,6 +123,27 @@ def test_a_bool_knob_takes_the_words_a_record_prints(word: str, on: bool) -> Non
     assert p.knob_values()["TOY_FAST"] is on
 
 
+@pytest.mark.parametrize("word", ["true", "True", "yes", ""])
+def test_a_bool_knob_in_the_environment_must_be_0_or_1(word: str, monkeypatch) -> None:
+    # the knob's code compares with "1": "true" in the environment would quietly read as off
+    monkeypatch.setenv("TOY_FAST", word)
+    with pytest.raises(paths.LadderError) as err:
+        prepare.prepare_idea("toy", "1", [], FIXTURE_ROOT, load=False)
+    msg = str(err.value)
+    assert f"TOY_FAST={word!r} in the environment" in msg and "set it to 1 or 0" in msg
+    assert ("--knob TOY_FAST=" in msg) == (word in ("true", "True"))
+    # --knob overrides the environment; 0 / 1 there are fine
+    assert prepare.prepare_idea("toy", "1", ["TOY_FAST=1"], FIXTURE_ROOT, load=False)
+    monkeypatch.setenv("TOY_FAST", "0")
+    assert prepare.prepare_idea("toy", "1", [], FIXTURE_ROOT, load=False)
+
+
+def test_a_sweep_listing_one_bool_value_twice_is_refused() -> None:
+    with pytest.raises(paths.LadderError, match="'true' is listed twice"):
+        prepare.sweep_points(["TOY_FAST=1,true"])
+    assert prepare.sweep_points(["TOY_FAST=0,true"]) == [["TOY_FAST=0"], ["TOY_FAST=true"]]
+
+
 @pytest.mark.parametrize(
     ("items", "message"),
     [

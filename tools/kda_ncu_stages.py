@@ -12,8 +12,8 @@ V256 (dA and the incoming fp32 gradients of the intra stage drawn here). The kno
 the modules' environment knobs (KDA_INTRA_*, KDA_WY_*, KDA_FWDHO_*): without them ``fwdho``
 runs 008's default launch (BV 64, 4 warps, 2 stages), not the package's (BV 128, 8 warps). Each stage is
 called once and timed with ``triton.testing.do_bench`` (median ms, printed) before the
-profiled calls, so ncu sees compiled, warm kernels only. Needs a CUDA GPU; exit status 2
-for an unknown stage name.
+profiled calls, so ncu sees compiled, warm kernels only. Exit status 2 for an unknown or
+repeated stage name, or without a CUDA GPU.
 """
 
 from __future__ import annotations
@@ -28,7 +28,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 STAGES = ("intra", "wy", "fwdho")
-app = typer.Typer(add_completion=False, help=__doc__, rich_markup_mode=None)
+app = typer.Typer(
+    add_completion=False,
+    help=__doc__,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 
 
 @app.command(help=__doc__)
@@ -45,8 +50,16 @@ def main(
             err=True,
         )
         raise typer.Exit(2)
-    import kda_stage_bench as sb
+    twice = next((s for i, s in enumerate(only) if s in only[:i]), None)
+    if twice:
+        typer.echo(f"kda_ncu_stages: stage {twice!r} given twice; name each once", err=True)
+        raise typer.Exit(2)
     import torch
+
+    if not torch.cuda.is_available():
+        typer.echo("kda_ncu_stages: no CUDA GPU (run it on the H200, under ncu)", err=True)
+        raise typer.Exit(2)
+    import kda_stage_bench as sb
     import triton
     from ladder.kernels.kda.ideas.i003 import intra
     from ladder.kernels.kda.ideas.i005 import wy

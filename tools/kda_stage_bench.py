@@ -424,8 +424,8 @@ def main(
     rounds: int = typer.Option(
         0,
         min=0,
-        help="then time fla and every launch that ran this many more times, one call each "
-        "per round in a shuffled order",
+        help="after the sweep, time fla and every launch that ran in this many rounds, each "
+        "once per round, in an order shuffled each round (0: no rounds)",
     ),
     out: Path = typer.Option(Path("out/kda-stage-bench.json"), help="the JSON report"),
     B: int = typer.Option(16, min=1),
