@@ -502,41 +502,31 @@ def main(
                     f"{idea} {','.join(str(v) for v in lp.values())}: skipped (no maxnreg knob)"
                 )
                 continue
-            saved = {n: getattr(mod, n) for n in KNOBS[stage] if hasattr(mod, n)}
-            values = launch_values(lp, saved)
-            for n, val in values.items():
-                setattr(mod, n, val)
+            values = launch_values(
+                lp, {n: getattr(mod, n) for n in KNOBS[stage] if hasattr(mod, n)}
+            )
+            ours = _at_launch(ours_of, mod, values)
             try:
-
-                def ours(mod=mod):
-                    return ours_of(mod)
-
-                try:
-                    a, b = ours(), ours()
-                except triton.runtime.errors.OutOfResources as exc:
-                    # a launch that does not fit the SM (shared memory, registers) is a
-                    # result of the sweep, not the end of it
-                    rows.append(dict(idea=idea, **values, error=f"out of resources: {exc}"))
-                    typer.echo(
-                        f"{idea} {','.join(str(v) for v in values.values())}: does not fit ({exc})"
-                    )
-                    continue
-                same = all((p is None and q is None) or torch.equal(p, q) for p, q in zip(a, b))
-                diffs = {
-                    n: rel_err(p, r) for n, p, r in zip(OUTPUTS[stage], a, ref) if r is not None
-                }
-                del a, b
-                ms = triton.testing.do_bench(ours)
-            finally:
-                for n, val in saved.items():
-                    setattr(mod, n, val)
+                a, b = ours(), ours()
+            except triton.runtime.errors.OutOfResources as exc:
+                # a launch that does not fit the SM (shared memory, registers) is a
+                # result of the sweep, not the end of it
+                rows.append(dict(idea=idea, **values, error=f"out of resources: {exc}"))
+                typer.echo(
+                    f"{idea} {','.join(str(v) for v in values.values())}: does not fit ({exc})"
+                )
+                continue
+            same = all((p is None and q is None) or torch.equal(p, q) for p, q in zip(a, b))
+            diffs = {n: rel_err(p, r) for n, p, r in zip(OUTPUTS[stage], a, ref) if r is not None}
+            del a, b
+            ms = triton.testing.do_bench(ours)
             worst, ok = judge(diffs, same)
             bad |= not ok
             row = dict(
                 idea=idea, **values, ms=ms, fla_ms=fla_ms, deterministic=same, rel_diff=diffs
             )
             rows.append(row)
-            timed_calls[str(len(rows) - 1)] = _at_launch(ours_of, mod, values)
+            timed_calls[str(len(rows) - 1)] = ours
             typer.echo(
                 f"{idea} {','.join(str(v) for v in values.values())}: {ms:.3f} ms ({fla_ms / ms:.2f}x "
                 f"fla), deterministic {same}, largest difference from fla {diffs[worst]:.1e} "
