@@ -89,12 +89,14 @@ def check(
     root = ctx_root(ctx)
     knobs = list(knob or [])
     fam = paths.load_family(family, root, complete=True)
-    folder = prepare_idea(family, idea, knobs, root, load=False).folder
+    paths.resolve_idea(family, idea, root)
     if shapes is not None and shapes not in CHECK_SHAPE_SETS:
         from ladder.bench import select_shapes
 
         select_shapes(fam, shapes, CHECK_SHAPE_SETS)  # a name list: each must be the family's
     check_seed(seed)
+    # the knob scan (seconds per idea) after the cheap argument checks
+    folder = prepare_idea(family, idea, knobs, root, load=False).folder
     gpu = False if interpret else _gpu_available()
     seed = seed if seed is not None else secrets.randbits(30)
     out = console()

@@ -8,6 +8,7 @@ They are found by ``ladder.knobs.scan_idea``.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import re
@@ -215,6 +216,20 @@ def _knob_sources(family: str, folder: str, root: Path | None = None) -> list[tu
     return out
 
 
+# scan_idea's answers in this process, by family and file contents: a command prepares an
+# idea more than once (arguments first, then to load it), and a scan takes seconds per idea.
+_SCANNED: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, knobs.Knob]] = {}
+
+
+def _scan_idea(files: Mapping[str, bytes], family: str) -> dict[str, knobs.Knob]:
+    """``knobs.scan_idea``, answered from this process's earlier scan of the same bytes (a
+    refusal is not kept: it is raised again by a fresh scan)."""
+    key = (family, tuple(sorted((r, hashlib.sha256(b).hexdigest()) for r, b in files.items())))
+    if key not in _SCANNED:
+        _SCANNED[key] = knobs.scan_idea(files, family)
+    return dict(_SCANNED[key])
+
+
 def idea_knobs(family: str, folder: str, root: Path | None = None) -> dict[str, knobs.Knob]:
     """{key: Knob} read by the idea's modules and the modules of other ideas it imports
     (``_knob_sources``). Raises LadderError (the scanner's ``file:line`` message) when an idea
@@ -226,7 +241,7 @@ def idea_knobs(family: str, folder: str, root: Path | None = None) -> dict[str, 
     where: dict[str, str] = {}
     for name, files in _knob_sources(family, folder, root):
         try:
-            found = knobs.scan_idea(files, family)
+            found = _scan_idea(files, family)
         except knobs.KnobError as exc:
             raise LadderError(f"ideas/{name}/{exc}") from None
         for key, knob in found.items():

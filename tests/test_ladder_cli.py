@@ -115,6 +115,19 @@ def test_knob_the_idea_never_reads(cmd: str, no_gpu) -> None:
 
 def test_pool_seeds_outside_2_to_64(no_gpu) -> None:
     assert_usage_error(run("check", "toy", "1", "--pool-seeds", "1"), "give 2 to 64 seeds")
+
+
+def test_check_refuses_bad_shapes_and_seed_before_scanning_knobs(monkeypatch) -> None:
+    from ladder import prepare
+
+    def no_scan(files, family):
+        raise AssertionError("the knob scan ran before the argument checks")
+
+    monkeypatch.setattr(prepare, "_SCANNED", {})
+    monkeypatch.setattr(prepare.knobs, "scan_idea", no_scan)
+    assert_usage_error(run("check", "toy", "1", "--shapes", "bogus"), "bogus")
+    assert_usage_error(run("check", "toy", "1", "--seed", "-1"), "seed")
+    assert_usage_error(run("check", "toy", "42"), "no idea '42'")
     assert_usage_error(run("check", "toy", "1", "--pool-seeds", "65"), "give 2 to 64 seeds")
 
 

@@ -167,6 +167,32 @@ def test_an_idea_reading_the_environment_badly_is_refused(tmp_path: Path) -> Non
     )
     with pytest.raises(paths.LadderError, match=r"ideas/000-base/extra\.py:5"):
         prepare.idea_knobs("toy", "000-base", root)
+    with pytest.raises(paths.LadderError, match=r"ideas/000-base/extra\.py:5"):
+        prepare.idea_knobs("toy", "000-base", root)  # a refusal is not remembered as a pass
+
+
+def test_an_idea_is_scanned_once_per_process_until_its_bytes_change(tmp_path, monkeypatch):
+    root = copy_toy(tmp_path, records=False)
+    monkeypatch.setattr(prepare, "_SCANNED", {})
+    calls: list[tuple[str, ...]] = []
+    real = prepare.knobs.scan_idea
+
+    def counting(files, family):
+        calls.append(tuple(sorted(files)))
+        return real(files, family)
+
+    monkeypatch.setattr(prepare.knobs, "scan_idea", counting)
+    first = prepare.prepare_idea("toy", "1", ["TOY_BLOCK=32"], root, load=False)
+    scans = len(calls)
+    assert scans >= 1
+    again = prepare.prepare_idea("toy", "1", [], root, load=False)
+    assert len(calls) == scans and again.knobs == first.knobs
+    again.knobs.clear()  # the caller's dict is its own
+    assert prepare.prepare_idea("toy", "1", [], root, load=False).knobs == first.knobs
+    kernel = idea_path(root, "001-fast") / "kernel.py"
+    kernel.write_text(kernel.read_text() + "\n# edited\n")
+    prepare.prepare_idea("toy", "1", [], root, load=False)
+    assert len(calls) == scans + 1  # only the edited idea is scanned again
 
 
 @pytest.mark.parametrize(
