@@ -13,8 +13,11 @@ a few numbers, so one seed's ratio to fla's error says little either way (per-se
 from 0.13 to 4.2 at one shape, pooled 0.93). Such an output's ratio test is therefore always
 taken on errors pooled over RATIO_POOL_SEEDS seeds (the shape's seed and the next ones):
 the root of the sum of squares of the per-seed errors, i.e. the candidate's total squared
-error against fla's; every one of those seeds must also meet the absolute tolerance. The
-record keeps the shape seed's numbers and adds the pooled ones. Before each direction of the checked candidate call (``run`` calls ``poison``) the
+error against fla's. Every one of those seeds must also meet the absolute tolerance, except
+a seed where fla's own error is past it (a reference that nearly cancels: kda's dA_log at
+one seed in eight on the H200, fla at 1.6x the tolerance): there the candidate must be
+within ERR_RATIO_MAX of fla's error at that seed instead. The record keeps the shape seed's
+numbers and adds the pooled ones. Before each direction of the checked candidate call (``run`` calls ``poison``) the
 caching allocator is fed NaN-filled blocks of the output sizes, so an output the kernel
 leaves partly unwritten shows up as NaN, not as a previous call's correct values; ``run`` is
 called once unchecked first, so autotuning (which writes the outputs with every
@@ -82,6 +85,8 @@ class ShapeCheck:
     pooled: dict[str, dict[str, float]] | None = None
     # {output: [(candidate, baseline) error per pooled seed]}: for printing, not recorded
     per_seed: dict[str, list[tuple[float, float]]] | None = None
+    # the outputs that failed their tests, each with why (for printing, not recorded)
+    failed: dict[str, str] = field(default_factory=dict)
 
     def record_entry(self) -> dict:
         """The ``correctness`` object of a bench record (non-finite numbers as null)."""
@@ -192,18 +197,31 @@ def check_shape(
         first = {n: (cand[n], base[n]) for n in few}
         n_seeds = int(family.RATIO_POOL_SEEDS if pool_seeds is None else pool_seeds)
         pooled, per_seed = _pooled(family, idea, shape, dev, seed, strided, names, first, n_seeds)
-    passed = not problems
+    failed: dict[str, str] = {}
     for n in names:
-        ok = cand[n] <= family.TOLERANCES[n]
-        if pooled is not None and n in pooled:
+        tol = family.TOLERANCES[n]
+        # nan compares false throughout: a non-finite output fails
+        if pooled is not None and per_seed is not None and n in pooled:
             p = pooled[n]
-            ok = ok and p["worst_candidate_err"] <= family.TOLERANCES[n]
-            ok = ok and ratio_ok(p["candidate_err"], p["baseline_err"])
-        elif base is not None:
-            ok = ok and ratio_ok(cand[n], base[n])
-        passed = passed and ok  # nan compares false: a non-finite output fails
+            for i, (c, b) in enumerate(per_seed[n]):
+                if not (c <= tol or (b > tol and ratio_ok(c, b))):
+                    failed[n] = (
+                        f"error {c:.3e} at seed {seed + i} is past the tolerance {tol:.0e}"
+                        + (f" and {c / b:.2f}x fla's {b:.3e} there" if b > tol else "")
+                    )
+                    break
+            if n not in failed and not ratio_ok(p["candidate_err"], p["baseline_err"]):
+                failed[n] = (
+                    f"pooled error {p['err_ratio']:.3f}x fla's over {p['seeds']} seeds, past "
+                    f"{family.ERR_RATIO_MAX}x"
+                )
+        elif not cand[n] <= tol:
+            failed[n] = f"error {cand[n]:.3e} is past the tolerance {tol:.0e}"
+        elif base is not None and ratio is not None and not ratio_ok(cand[n], base[n]):
+            failed[n] = f"error {ratio[n]:.3f}x fla's, past {family.ERR_RATIO_MAX}x"
+    passed = not problems and not failed
     label = shape.name + ("+strided" if strided else "")
-    return ShapeCheck(label, cand, base, ratio, bool(passed), problems, pooled, per_seed)
+    return ShapeCheck(label, cand, base, ratio, passed, problems, pooled, per_seed, failed)
 
 
 def _pooled(

@@ -249,9 +249,12 @@ def _run_check(
                 f"{fam.TOLERANCES[n]:.0e}",
                 "-" if base is None else f"{base:.3e}",
                 "-" if ratio is None else f"{ratio:.3f}",
-                "yes" if res.passed else "NO",
+                "NO" if n in res.failed or (not res.passed and not res.failed) else "yes",
             )
     out.print(table)
+    for res in results:
+        for n, why in res.failed.items():
+            out.print(f"  {res.name} {n}: {why}")
     for res in results:
         for n, p in (res.pooled or {}).items():
             out.print(

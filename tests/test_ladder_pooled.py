@@ -98,12 +98,46 @@ def test_a_few_element_output_worse_at_every_seed_fails_pooled() -> None:
 
 
 def test_every_pooled_seed_must_meet_the_tolerance() -> None:
-    # pooled ratio fine, but seed 2's error is past the absolute tolerance (0.1)
+    # pooled ratio fine, but seed 2's error is past the absolute tolerance (0.1) where fla's
+    # own error is within it
     cand = {0: (0.01, 0.02), 1: (0.01, 0.001), 2: (0.01, 0.11), 3: (0.01, 0.001)}
-    base = {0: (0.01, 0.01), 1: (0.01, 0.01), 2: (0.01, 0.2), 3: (0.01, 0.01)}
+    base = {0: (0.01, 0.01), 1: (0.01, 0.01), 2: (0.01, 0.09), 3: (0.01, 0.01)}
     fam, idea = toy(cand, base, **POOL)
     res = check.check_shape(fam, idea, Shape("s"), "cpu", 0, baseline=True)
     assert res.pooled["few"]["err_ratio"] < 1.25 and not res.passed
+    assert set(res.failed) == {"few"} and "at seed 2 is past the tolerance" in res.failed["few"]
+
+
+def test_a_seed_where_fla_itself_is_past_the_tolerance_judges_against_fla_there() -> None:
+    # seed 2's reference nearly cancels: fla's own error is 0.2, twice the tolerance (0.1)
+    base = {0: (0.01, 0.01), 1: (0.01, 0.01), 2: (0.01, 0.2), 3: (0.01, 0.01)}
+    better = {0: (0.01, 0.01), 1: (0.01, 0.01), 2: (0.01, 0.15), 3: (0.01, 0.01)}
+    fam, idea = toy(better, base, **POOL)
+    res = check.check_shape(fam, idea, Shape("s"), "cpu", 0, baseline=True)
+    assert res.passed and not res.failed, res.failed
+    # past 1.25x fla's error at that seed: fails, though the pooled ratio alone would pass
+    worse = {0: (0.01, 0.01), 1: (0.01, 0.01), 2: (0.01, 0.26), 3: (0.01, 0.01)}
+    noisy = {0: (0.01, 0.09), 1: (0.01, 0.09), 2: (0.01, 0.2), 3: (0.01, 0.09)}
+    fam, idea = toy(worse, noisy, **POOL)
+    res = check.check_shape(fam, idea, Shape("s"), "cpu", 0, baseline=True)
+    assert res.pooled["few"]["err_ratio"] < 1.25 and not res.passed
+    assert "1.30x fla's 2.000e-01 there" in res.failed["few"]
+    # a non-finite error at such a seed fails too
+    nan = {**better, 2: (0.01, math.nan)}
+    fam, idea = toy(nan, base, **POOL)
+    assert not check.check_shape(fam, idea, Shape("s"), "cpu", 0, baseline=True).passed
+
+
+def test_failed_names_each_failing_output_and_why() -> None:
+    cand = {0: (0.5, 0.01)}  # "many" past its tolerance at the shape's seed
+    fam, idea = toy(cand, {}, **POOL)
+    res = check.check_shape(fam, idea, Shape("s"), "cpu", 0, baseline=True)
+    assert not res.passed and set(res.failed) == {"many"}
+    assert "past the tolerance" in res.failed["many"]
+    ratio = {0: (0.02, 0.01)}  # "many" 2x fla's (0.01), within the tolerance
+    fam, idea = toy(ratio, {}, **POOL)
+    res = check.check_shape(fam, idea, Shape("s"), "cpu", 0, baseline=True)
+    assert res.failed == {"many": "error 2.000x fla's, past 1.25x"}
 
 
 def test_a_lucky_seed_gets_no_second_chance() -> None:

@@ -114,7 +114,8 @@ def _rel(a: torch.Tensor, ref: torch.Tensor) -> float:
 # of the varlen-state shape on the H200 its per-seed ratio ours/fla ranged from 0.13 to 4.2
 # while the pooled ratio was 0.93 (state: 0.43 .. 2.3, pooled 1.00). Its ratio is therefore
 # judged on the error pooled over SEEDS seeds (test_few_element_gradients_pooled_over_seeds);
-# per seed it must still be within the family's tolerance.
+# per seed it must still be within the family's tolerance, or within ERR_RATIO_MAX of fla's
+# error at a seed where fla's own is past it (ladder.check's rule).
 RATIO_MIN_ELEMENTS = 16
 SEEDS = 8
 
@@ -141,7 +142,15 @@ def _errors(
             continue
         assert torch.isfinite(a).all(), f"{shape.name}: {name} has non-finite values"
         errs[name] = (_rel(a, r), _rel(b, r), r.numel())
-        assert errs[name][0] <= family.TOLERANCES[name], (shape.name, seed, name, errs[name])
+        e_ours, e_fla, tol = errs[name][0], errs[name][1], family.TOLERANCES[name]
+        # where fla's own error is past the tolerance (a reference that nearly cancels, as
+        # dA_log's does at some seeds), ours is held to fla's error there instead
+        assert e_ours <= tol or (e_fla > tol and e_ours <= family.ERR_RATIO_MAX * e_fla + SLACK), (
+            shape.name,
+            seed,
+            name,
+            errs[name],
+        )
     assert not family.contract_problems(ours, inputs)
     return errs
 
