@@ -286,6 +286,7 @@ KDA_CHAIN = (
     "prepare_chunk_indices", "prepare_chunk_offsets", "chunk_local_cumsum", "kda_gate_bwd",
     "l2norm_bwd", "fused_beta_sigmoid_bwd", "ChunkKDAFunction", "l2norm_fwd",
     "fused_beta_sigmoid", "chunk_kda_fwd_intra", "chunk_gla_fwd_o_gk",
+    "chunk_kda_fwd_kernel_inter_solve_fused",
 )  # fmt: skip
 
 

@@ -394,6 +394,18 @@ FLA_SYMBOLS: tuple[FlaSymbol, ...] = (
         family="kda",
     ),
     FlaSymbol(
+        key="chunk_kda_fwd_kernel_inter_solve_fused",
+        name="chunk_kda_fwd_kernel_inter_solve_fused",
+        modules=("fla.ops.kda.chunk_intra",),
+        keywords=(
+            "q", "k", "g", "beta", "Aqk", "Akkd", "Akk", "scale", "cu_seqlens", "chunk_indices",
+            "T", "H", "HV", "K", "BT", "BC", "NC", "USE_SAFE_GATE", "USE_GRAPH",
+        ),  # fmt: skip
+        used_by="the kda chain's forward (the off-diagonal score tiles and the solve, launched "
+        "by name after the chain's own diagonal tiles)",
+        family="kda",
+    ),
+    FlaSymbol(
         key="chunk_gla_fwd_o_gk",
         name="chunk_gla_fwd_o_gk",
         modules=("fla.ops.gla.chunk",),
