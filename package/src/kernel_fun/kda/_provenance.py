@@ -3,19 +3,26 @@
 """Where kernel_fun.kda._kernels came from. Literals only: tools/drift.py reads them
 with ast.literal_eval and never imports this module."""
 
-SOURCE_COMMIT = "9bb7c5a8e83b36c326bb4703974c148ac2b9f738"
+SOURCE_COMMIT = "b36ceea5a35fc81274e4679f9f6bfd995b37f9df"
 RECORD = {
-    "idea": "009-bwd-gate-tail",
-    "record_id": "20261202T223615Z-da4b2fd8",
-    "sha256": "01faada7cbb963cf086f9764d0fb850f1f1da486ddecc2974f65d01af15ce047",
+    "idea": "012-fwd-diag-anchored",
+    "record_id": "20261203T114202Z-e5db58d3",
+    "sha256": "9da04bd6c6bc363410eb956e80818ab09b6c1ebe51684d4c646b8a8e4f9c0819",
 }
 KNOBS = {
     "KDA_DHU_BV": 64,
     "KDA_DHU_STAGES": 3,
     "KDA_DHU_WARPS": 8,
+    "KDA_FWDDIAG_BK": 32,
+    "KDA_FWDDIAG_STAGES": 2,
+    "KDA_FWDDIAG_WARPS": 1,
     "KDA_FWDHO_BV": 128,
     "KDA_FWDHO_STAGES": 2,
     "KDA_FWDHO_WARPS": 8,
+    "KDA_FWDINTRA_BK": 16,
+    "KDA_FWDINTRA_FUSE_WU": True,
+    "KDA_FWDINTRA_SOLVE_WARPS": 2,
+    "KDA_FWDINTRA_WARPS": 2,
     "KDA_GATE_TAIL_BK": 32,
     "KDA_GATE_TAIL_WARPS": 4,
     "KDA_INTRA_BK": 32,
@@ -37,18 +44,30 @@ SOURCE_FILES = {
     "ladder/kernels/kda/ideas/008-fwd-state-out/kernel.py": "14e7f64291e9f96347a9727ffb3de973a8c9ed7b886b37b2bbf829ab9dfc0b3b",
     "ladder/kernels/kda/ideas/009-bwd-gate-tail/gate.py": "762aebe07bad354cc6697c2e427b97d342d3e7434fb7da99dc839c439e9dcb3b",
     "ladder/kernels/kda/ideas/009-bwd-gate-tail/kernel.py": "d0358fc462f045268708340de521959bb86f6d5283559bb65735c51881cf54de",
+    "ladder/kernels/kda/ideas/010-gate-tail-k-loop/gate.py": "7229c30645ec93848f9f982a474cef9d05bfd34ad199103bde2ae274ad8e1e73",
+    "ladder/kernels/kda/ideas/010-gate-tail-k-loop/kernel.py": "2ddb22b83f2e7bff561b0b31d25cccd821d1b781474026f1b06c8f1228ac494e",
+    "ladder/kernels/kda/ideas/011-fwd-intra-fused/intra_fwd.py": "f4d160754038906af16cdc4daecd9c405c2da9012cbbef90645bfdc6dc52b583",
+    "ladder/kernels/kda/ideas/011-fwd-intra-fused/kernel.py": "15cbab70609fb3668c09e3c551ca98fd1f4d0b669208be72b3a9bd281e24a855",
+    "ladder/kernels/kda/ideas/012-fwd-diag-anchored/intra_fwd.py": "387de888936893c46393792ed9117d5eb90ab0800f4bc38d18551f8881d1a502",
+    "ladder/kernels/kda/ideas/012-fwd-diag-anchored/kernel.py": "a69963dd0a888dc043ec27c3d7185d1c1e79267cf531ed734fd7bcd5eb8aa2a7",
 }
 OUTPUT_FILES = {
-    "package/src/kernel_fun/kda/_kernels/__init__.py": "59eaf5a8885d41f8f1c893c5f5eccff2548a26b58fdfa52548c02f84ec2a5cf3",
-    "package/src/kernel_fun/kda/_kernels/chain7.py": "c8426fcc1e67200d49c0731d5cbc6a8c0cdcd91e842dd36c6742d0c6d556a7ca",
-    "package/src/kernel_fun/kda/_kernels/chain8.py": "96f2f89053ad4bc4b8214abc0d2267953f7f056f35009808d08e3617f5e40124",
-    "package/src/kernel_fun/kda/_kernels/chain9.py": "15700dedf5d4e66c07aeb5a781b240f3e1e94e4a493c61bcebe2e1846051f37f",
-    "package/src/kernel_fun/kda/_kernels/chain_stages5.py": "5f6fb1effa2320789faa81f9b05434e5d5b25f8dc89c8174ba60e05d999eb61e",
-    "package/src/kernel_fun/kda/_kernels/dhu6.py": "aeda973b2305c274c0e974b9fd95582cc10c1bb86c4038271e8a6bc61632fe15",
-    "package/src/kernel_fun/kda/_kernels/fwd8.py": "1cb25d78e76aa2afe5f49901f1b16433e0ad61cd2dfa4a605d4e886814a47899",
-    "package/src/kernel_fun/kda/_kernels/gate9.py": "31dd0244bec28d3c376f4b670ebaf8738765e4e9700a1883698e40e91437c1d4",
-    "package/src/kernel_fun/kda/_kernels/intra3.py": "3d4905180c8dad8ffeaf7f0d66765df8e59a0603e7bd83a6adac9bcb1f6b13c5",
-    "package/src/kernel_fun/kda/_kernels/wy5.py": "e2aa42a03afb5a8845ece8a33693809607fe748adad364b8940db07796b4b193",
+    "package/src/kernel_fun/kda/_kernels/__init__.py": "501c6ede66b5e606252340beaebb14c7fbedcb3939dcc8adda593d4c936f6ba3",
+    "package/src/kernel_fun/kda/_kernels/chain10.py": "3b82404bb5b2659b99a77fc655ca5dc3958446118dafe716b720cc5fb27cf71d",
+    "package/src/kernel_fun/kda/_kernels/chain11.py": "acbf3e7b30b266361b43a32de882103d4646cdf1256d6d26cb3a39642e9fb5ed",
+    "package/src/kernel_fun/kda/_kernels/chain12.py": "7b399014dbbb4b08ca272a8e2c2b7b611d7a7d66ed9b80d153e5c9d99f18d0b4",
+    "package/src/kernel_fun/kda/_kernels/chain7.py": "b6e9697d34a226d8356ffb63703519b6a2e9811db88a5795a565a699cdf29051",
+    "package/src/kernel_fun/kda/_kernels/chain8.py": "73af9b8a69a51ce549fdd85ae45866651608f113603e6f06dc044e6cdc3b73b1",
+    "package/src/kernel_fun/kda/_kernels/chain9.py": "4f971f82756077b9349657d217ca1e42311c93d6e63a99871c40ed6092bcef70",
+    "package/src/kernel_fun/kda/_kernels/chain_stages5.py": "f17e8731f58f6298c3a0663a83fe2a9cc3fd2b9d7807f67ebb19063b77653d7d",
+    "package/src/kernel_fun/kda/_kernels/dhu6.py": "9407cff9655854cfa799ff0452565360cc19faca060bd03029adf8cee7fff8ab",
+    "package/src/kernel_fun/kda/_kernels/fwd8.py": "8347d838c2a74826ae9b91c43bd14bc0db992d1e269abe69c299533087904c55",
+    "package/src/kernel_fun/kda/_kernels/gate10.py": "8716a33807a1059a182f3397a7f31a063f06f5077d607466d6e4b6cbddc10f1c",
+    "package/src/kernel_fun/kda/_kernels/gate9.py": "23d7c188668774e733d2b7167841bffe69a53601e933b117bcd1c1fedf7b2ee8",
+    "package/src/kernel_fun/kda/_kernels/intra3.py": "b45fe5694462049e15971828757680a559a63d5463345861ab50ac4429b3f33b",
+    "package/src/kernel_fun/kda/_kernels/intrafwd11.py": "c9220a1fd3346363b2deaa96224056ab55f11d4cd14220cd3c7879e5ae7949c8",
+    "package/src/kernel_fun/kda/_kernels/intrafwd12.py": "98e36a1fae6b2087a8d03f7ca1f0a58f0fffa56e7e304fa7c82238a143e1eb6f",
+    "package/src/kernel_fun/kda/_kernels/wy5.py": "cd001eca00b6749fbe4a5298b512d723849c53425dda616f3f67cefe6304ccca",
 }
 VENDOR = {
     "libcst": "1.9.0",
