@@ -200,25 +200,42 @@ def check_shape(
     failed: dict[str, str] = {}
     for n in names:
         tol = family.TOLERANCES[n]
-        # nan compares false throughout: a non-finite output fails
+        # nan compares false throughout: a non-finite output fails, and so does one whose
+        # baseline error is not finite (there is nothing to hold it to)
         if pooled is not None and per_seed is not None and n in pooled:
             p = pooled[n]
             for i, (c, b) in enumerate(per_seed[n]):
                 if not (c <= tol or (b > tol and ratio_ok(c, b))):
                     failed[n] = (
-                        f"error {c:.3e} at seed {seed + i} is past the tolerance {tol:.0e}"
-                        + (f" and {c / b:.2f}x fla's {b:.3e} there" if b > tol else "")
+                        f"error {c:.3e} at seed {seed + i} is past the tolerance {tol:g}"
+                        + (
+                            f" and {c / b:.2f}x fla's {b:.3e} there"
+                            if b > tol and math.isfinite(b)
+                            else ""
+                        )
                     )
                     break
-            if n not in failed and not ratio_ok(p["candidate_err"], p["baseline_err"]):
+            if n in failed:
+                continue
+            if not math.isfinite(p["baseline_err"]):
+                failed[n] = "fla's own error is not finite at a pooled seed: no ratio to judge by"
+            elif not ratio_ok(p["candidate_err"], p["baseline_err"]):
                 failed[n] = (
                     f"pooled error {p['err_ratio']:.3f}x fla's over {p['seeds']} seeds, past "
                     f"{family.ERR_RATIO_MAX}x"
                 )
         elif not cand[n] <= tol:
-            failed[n] = f"error {cand[n]:.3e} is past the tolerance {tol:.0e}"
-        elif base is not None and ratio is not None and not ratio_ok(cand[n], base[n]):
-            failed[n] = f"error {ratio[n]:.3f}x fla's, past {family.ERR_RATIO_MAX}x"
+            failed[n] = f"error {cand[n]:.3e} is past the tolerance {tol:g}"
+        elif base is None or n in few:
+            continue  # no baseline; or a few-element output, whose one-seed ratio says little
+        elif not math.isfinite(base[n]):
+            failed[n] = "fla's own error is not finite here: no ratio to judge by"
+        elif not ratio_ok(cand[n], base[n]):
+            failed[n] = (
+                f"error {cand[n] / base[n]:.3f}x fla's, past {family.ERR_RATIO_MAX}x"
+                if base[n] > 0
+                else f"error {cand[n]:.3e} where fla's is 0"
+            )
     passed = not problems and not failed
     label = shape.name + ("+strided" if strided else "")
     return ShapeCheck(label, cand, base, ratio, passed, problems, pooled, per_seed, failed)

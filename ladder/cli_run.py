@@ -89,14 +89,12 @@ def check(
     root = ctx_root(ctx)
     knobs = list(knob or [])
     fam = paths.load_family(family, root, complete=True)
-    paths.resolve_idea(family, idea, root)
+    folder = paths.resolve_idea(family, idea, root)
     if shapes is not None and shapes not in CHECK_SHAPE_SETS:
         from ladder.bench import select_shapes
 
         select_shapes(fam, shapes, CHECK_SHAPE_SETS)  # a name list: each must be the family's
     check_seed(seed)
-    # the knob scan (seconds per idea) after the cheap argument checks
-    folder = prepare_idea(family, idea, knobs, root, load=False).folder
     gpu = False if interpret else _gpu_available()
     seed = seed if seed is not None else secrets.randbits(30)
     out = console()
@@ -125,6 +123,9 @@ def check(
                 f"`python -m ladder check {family} {folder}` on the GPU machine"
             )
         if os.environ.get("TRITON_INTERPRET") != "1":
+            # the knobs (a scan of seconds per idea) after the cheap refusals, here so that a
+            # bad --knob is refused before the interpreter's process starts
+            prepare_idea(family, folder, knobs, root, load=False)
             if not interpret:
                 out.print("no CUDA GPU: checking the small shapes on Triton's CPU interpreter")
             argv = ["check", family, folder, "--interpret", "--seed", str(seed)]
@@ -249,7 +250,10 @@ def _run_check(
                 f"{fam.TOLERANCES[n]:.0e}",
                 "-" if base is None else f"{base:.3e}",
                 "-" if ratio is None else f"{ratio:.3f}",
-                "NO" if n in res.failed or (not res.passed and not res.failed) else "yes",
+                # a shape-wide problem (layout, dtype, an exception) marks every output
+                "NO"
+                if n in res.failed or res.problems or (not res.passed and not res.failed)
+                else "yes",
             )
     out.print(table)
     for res in results:

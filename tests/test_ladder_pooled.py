@@ -138,6 +138,26 @@ def test_failed_names_each_failing_output_and_why() -> None:
     fam, idea = toy(ratio, {}, **POOL)
     res = check.check_shape(fam, idea, Shape("s"), "cpu", 0, baseline=True)
     assert res.failed == {"many": "error 2.000x fla's, past 1.25x"}
+    nan_fla = {0: (math.nan, 0.01)}  # fla's own "many" is not finite: nothing to hold ours to
+    fam, idea = toy({}, nan_fla, **POOL)
+    res = check.check_shape(fam, idea, Shape("s"), "cpu", 0, baseline=True)
+    assert not res.passed and res.failed == {
+        "many": "fla's own error is not finite here: no ratio to judge by"
+    }
+    zero_fla = {0: (0.0, 0.01)}  # fla exact, ours not: failed, without dividing by zero
+    fam, idea = toy({}, zero_fla, **POOL)
+    res = check.check_shape(fam, idea, Shape("s"), "cpu", 0, baseline=True)
+    assert res.failed == {"many": "error 1.000e-02 where fla's is 0"}
+
+
+def test_a_shape_wide_problem_skips_pooling_and_blames_no_few_element_ratio() -> None:
+    # a contract problem fails the shape; the few-element output's one-seed ratio (2x here)
+    # is not reported as a reason, since one seed's ratio says little
+    cand = {0: (0.01, 0.02)}
+    fam, idea = toy(cand, {}, **POOL, contract_problems=lambda outs, inputs: ["bad layout"])
+    res = check.check_shape(fam, idea, Shape("s"), "cpu", 0, baseline=True)
+    assert not res.passed and res.problems == ["bad layout"]
+    assert res.pooled is None and res.failed == {}
 
 
 def test_a_lucky_seed_gets_no_second_chance() -> None:

@@ -143,14 +143,11 @@ def _errors(
         assert torch.isfinite(a).all(), f"{shape.name}: {name} has non-finite values"
         errs[name] = (_rel(a, r), _rel(b, r), r.numel())
         e_ours, e_fla, tol = errs[name][0], errs[name][1], family.TOLERANCES[name]
-        # where fla's own error is past the tolerance (a reference that nearly cancels, as
-        # dA_log's does at some seeds), ours is held to fla's error there instead
-        assert e_ours <= tol or (e_fla > tol and e_ours <= family.ERR_RATIO_MAX * e_fla + SLACK), (
-            shape.name,
-            seed,
-            name,
-            errs[name],
-        )
+        # a few-element output (dA_log) whose reference nearly cancels at this seed, so that
+        # fla's own error is past the tolerance, is held to fla's error there instead
+        few = r.numel() < RATIO_MIN_ELEMENTS
+        held = few and e_fla > tol and e_ours <= family.ERR_RATIO_MAX * e_fla + SLACK
+        assert e_ours <= tol or held, (shape.name, seed, name, errs[name])
     assert not family.contract_problems(ours, inputs)
     return errs
 
