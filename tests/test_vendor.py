@@ -664,7 +664,12 @@ def test_cross_idea_imports_are_rewritten_and_pulled_in(tmp_path):
             if isinstance(node, ast.ImportFrom):
                 assert not (node.module or "").startswith("ladder")
     assert "SCALE = 5" in (kdir / "first.py").read_text()
-    assert "def never" in (kdir / "util1.py").read_text()  # never used before: kept
+    # An imported module keeps only what the entry module reaches: never (used by nothing,
+    # before the freeze too) goes, and so does 001's own toy_fwd, which 002 does not call.
+    util1 = (kdir / "util1.py").read_text()
+    assert "def never" not in util1 and "def twice" in util1 and "def thrice" in util1
+    first = (kdir / "first.py").read_text()
+    assert "def toy_fwd" not in first and "def toy_bwd" in first and "def scaled" in first
     assert "from .second import toy_bwd, toy_fwd" in (kdir / "__init__.py").read_text()
     with imported(kdir, "vendored_toy_pkg") as pkg:
         assert pkg.toy_fwd(1) == 1 * 5 + 2 + 101 + 3
@@ -795,6 +800,73 @@ def test_a_name_another_idea_reexports_is_kept(tmp_path):
     with imported(kdir, "vendored_toy_reexport") as pkg:
         assert pkg.toy_fwd(3) == 3
         assert sys.modules["vendored_toy_reexport.second"].tool(2) == 14
+
+
+def test_a_borrowed_helper_brings_only_what_it_reaches(tmp_path):
+    """003 borrows 002's chain helper; 002's own entry points (and, through its toy_bwd,
+    all of 001) are not part of 003's chain: they are not vendored, and 002's __all__ names
+    only what is left."""
+    first = """
+    def toy_fwd(x):
+        return x
+
+
+    def toy_bwd(x):
+        return -x
+    """
+    second = """
+    from ladder.kernels.toy.ideas.i001 import kernel as k1
+
+    __all__ = ["CASES", "chain", "toy_bwd", "toy_fwd"]
+
+    CASES = ("dense",)
+    toy_bwd = k1.toy_bwd
+
+
+    def chain(x, stage):
+        return stage(x) + 1
+
+
+    def toy_fwd(x):
+        return chain(x, abs)
+    """
+    third = """
+    from ladder.kernels.toy.ideas.i002 import kernel as k2
+
+    __all__ = ["toy_bwd", "toy_fwd"]
+
+
+    def toy_fwd(x):
+        return k2.chain(x, lambda y: 10 * y)
+
+
+    def toy_bwd(x):
+        return 2 * x
+    """
+    modules = {
+        "001-first": {"kernel": "first"},
+        "002-second": {"kernel": "second"},
+        "003-third": {"kernel": "third"},
+    }
+    lad = FakeLadder(tmp_path / "repo", modules=modules)
+    lad.add_idea("001-first", {"kernel.py": first})
+    lad.add_idea("002-second", {"kernel.py": second})
+    lad.add_idea("003-third", {"kernel.py": third})
+    lad.commit("ideas")
+    rid = lad.add_record("003-third", {})
+    lad.commit("record")
+    res = lad.vendor("--record", rid)
+    assert res.code == 0, res.stderr
+    kdir = lad.root / lad.package / "_kernels"
+    assert sorted(p.name for p in kdir.glob("*.py")) == ["__init__.py", "second.py", "third.py"]
+    second_out = (kdir / "second.py").read_text()
+    assert module_names(second_out) == {"__all__", "chain"}
+    assert '__all__ = ["chain"]' in second_out
+    with imported(kdir, "vendored_toy_borrow") as pkg:
+        assert pkg.toy_fwd(3) == 31
+        assert pkg.toy_bwd(3) == 6
+    prov = vl.parse_provenance((lad.root / lad.package / "_provenance.py").read_bytes(), "p")
+    assert "ladder/kernels/toy/ideas/001-first/kernel.py" in prov["SOURCE_FILES"]
 
 
 @pytest.mark.parametrize(

@@ -88,3 +88,21 @@ def test_an_unreadable_init_is_said_and_leaves_the_list(monkeypatch, tmp_path, c
         assert ops._winner_module() is None
     assert "cannot read the vendored kernels' __init__.py" in caplog.text
     support._reset_for_tests()
+
+
+def test_a_module_without_the_box_api_sends_the_cases_to_fla(monkeypatch):
+    """A dense-only winner falls back to BOX_MODULES; one of those vendored only as the
+    winner's helper keeps just what the winner uses, so it may lack the box API: then the
+    cases go to fla with that as the reason instead of failing inside a call."""
+    name = "kernel_fun.cconv._kernels.strip4"
+    helper = types.ModuleType(name)
+    helper.cconv_fwd = lambda *a, **k: None
+    monkeypatch.setitem(sys.modules, name, helper)
+    monkeypatch.setattr(ops, "box_modules", lambda: (name,))
+    monkeypatch.setattr(ops, "_box_mod", False)
+    monkeypatch.setattr(ops, "_box_error", None)
+    assert ops._box() is None
+    assert ops._box_error.startswith(name + " has no conv_fwd, conv_bwd, cconv_update")
+    assert ops._no_box_reason("bias") == (
+        f"bias needs the cconv box kernels, which this build cannot use ({ops._box_error})"
+    )

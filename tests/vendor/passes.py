@@ -40,4 +40,5 @@ def freeze_and_prune(text: str, **values: Any) -> str:
     """The freeze, then the prune of one module whose entry point is ``toy_fwd``."""
     code, _ = freeze(text, **values)
     mod = SimpleNamespace(original=cst.parse_module(src(text)), frozen=cst.parse_module(code))
-    return vl.prune.prune({("001-a", "kernel"): mod}, SPEC)[("001-a", "kernel")].code
+    key = ("001-a", "kernel")
+    return vl.prune.prune({key: mod}, SPEC, key)[key].code

@@ -14,7 +14,8 @@ One module per concern, each with its own tests (tests/vendor/):
 - :mod:`.evaluate`: the three-valued evaluator (known true, known false, unknown);
 - :mod:`.freeze`: knobs to literals, the branches they decide removed;
 - :mod:`.usage`: module-level definitions and uses;
-- :mod:`.prune`: what the freeze made unused, removed to a fixed point;
+- :mod:`.prune`: what the freeze made unused (in an imported module: whatever the entry
+  module does not reach), removed to a fixed point;
 - :mod:`.comments`: own-line comments and pragmas of removed statements kept, fmt pairs checked;
 - :mod:`.imports`: imports between ideas found and rewritten package-relative;
 - :mod:`.fmt`: ``ruff format`` under the commit's configuration;

@@ -245,7 +245,7 @@ def build(
 
     main = modules[(idea, "kernel")]
     _check_entry_points(main, spec)
-    pruned = still_imported(prune(modules, spec), (idea, "kernel"), modules)
+    pruned = still_imported(prune(modules, spec, (idea, "kernel")), (idea, "kernel"), modules)
 
     package_names = {key: spec.modules[key[0]][key[1]] for key in modules}
     outputs: dict[str, bytes] = {}

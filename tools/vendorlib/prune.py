@@ -1,8 +1,12 @@
-"""The prune pass: module-level definitions that the freeze made unused are removed.
+"""The prune pass: module-level definitions nothing live uses are removed.
 
-"Made unused": used before the freeze (in its module or by another vendored module), unused
-after it; repeated across modules to a fixed point. Own-line comments above a removed
-statement move to the next statement that stays (:mod:`.comments`).
+In the idea's own kernel module (the root), what goes is what the freeze made unused: used
+before the freeze (in its module or by another vendored module), unused after it. In a module
+the root imports, directly or through another (its own helpers or another idea's), only what
+the root reaches stays: a definition or import no kept code uses goes, whether or not anything
+used it before the freeze, and that module's ``__all__`` is cut to the names left. Repeated
+across modules to a fixed point. Own-line comments above a removed statement move to the next
+statement that stays (:mod:`.comments`).
 """
 
 from __future__ import annotations
@@ -88,13 +92,18 @@ def _external_uses(
     return uses
 
 
-def prune(modules: Mapping[ModKey, SourceModule], spec: FamilySpec) -> dict[ModKey, cst.Module]:
-    """Remove module-level definitions that became unused, across modules, to a fixed point.
+def prune(
+    modules: Mapping[ModKey, SourceModule], spec: FamilySpec, root: ModKey
+) -> dict[ModKey, cst.Module]:
+    """Remove module-level definitions nothing live uses, across modules, to a fixed point.
 
-    "Became unused": used before the freeze (in its module or by another vendored module),
-    unused after it. Never removed: entry points, ``__all__`` names, dunders, ``__future__``
-    imports, assignments whose value may have effects (calls other than constructors and
-    the module's own functions), and anything of a module another module uses as a whole.
+    In ``root`` (the idea's kernel module) only what became unused goes: used before the
+    freeze (in its module or by another vendored module), unused after it; its entry points
+    and ``__all__`` names stay. In every other module, anything neither that module's kept code
+    nor another module uses goes, and ``__all__`` there keeps only the names left. Never
+    removed: dunders, ``__future__`` imports, assignments whose value may have effects (calls
+    other than constructors and the module's own functions), and anything of a module another
+    module uses as a whole.
     """
     orig_infos = {k: analyse_module(m.original) for k, m in modules.items()}
     # Idea imports as found in the originals (dropped branches included: an import that is
@@ -118,12 +127,11 @@ def prune(modules: Mapping[ModKey, SourceModule], spec: FamilySpec) -> dict[ModK
             before = originally_used[key]
             if used_ext is None or before is None:
                 continue  # the whole module object is used elsewhere: keep everything
-            protected = (
-                set(spec.entry_points)
-                | info.all_names
-                | info.future
-                | {n for n in info.bound if n.startswith("__") and n.endswith("__")}
-            )
+            protected = info.future | {
+                n for n in info.bound if n.startswith("__") and n.endswith("__")
+            }
+            if key == root:
+                protected |= set(spec.entry_points) | info.all_names
             live = info.used | used_ext | protected
             new_body: list[cst.BaseStatement] = []
             gone: set[int] = set()  # removed whole: their own-line comments move on
@@ -132,7 +140,7 @@ def prune(modules: Mapping[ModKey, SourceModule], spec: FamilySpec) -> dict[ModK
                 if not names or not info.removable.get(i):
                     new_body.append(stmt)
                     continue
-                dead = {n for n in names if n not in live and n in before}
+                dead = {n for n in names if n not in live and (key != root or n in before)}
                 if isinstance(stmt, cst.SimpleStatementLine) and any(
                     isinstance(s, cst.Assign | cst.AnnAssign) for s in stmt.body
                 ):
@@ -163,4 +171,38 @@ def prune(modules: Mapping[ModKey, SourceModule], spec: FamilySpec) -> dict[ModK
                 updated = with_footer(module.with_changes(body=body), left)
                 current[key] = cst.parse_module(updated.code)
         if not changed:
-            return current
+            return {
+                k: m if k == root else _cut_all(m, analyse_module(m).bound)
+                for k, m in current.items()
+            }
+
+
+def _cut_all(module: cst.Module, bound: set[str]) -> cst.Module:
+    """``module`` with the string literals of its ``__all__ = [...]`` / ``(...)`` that name
+    nothing it binds removed."""
+
+    class Cut(cst.CSTTransformer):
+        def leave_Assign(self, original: cst.Assign, updated: cst.Assign) -> cst.Assign:
+            if not any(
+                isinstance(t.target, cst.Name) and t.target.value == "__all__"
+                for t in updated.targets
+            ) or not isinstance(updated.value, cst.List | cst.Tuple):
+                return updated
+            kept = [
+                e
+                for e in updated.value.elements
+                if not isinstance(e.value, cst.SimpleString) or e.value.evaluated_value in bound
+            ]
+            if len(kept) == len(updated.value.elements):
+                return updated
+            if kept:
+                kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            return updated.with_changes(value=updated.value.with_changes(elements=kept))
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return False  # only the module level's __all__
+
+        def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+            return False
+
+    return cst.parse_module(module.visit(Cut()).code)

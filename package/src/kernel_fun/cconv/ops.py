@@ -149,14 +149,24 @@ def _box():
     Looked up once."""
     global _box_mod, _box_error
     if _box_mod is False:
-        _box_mod, _box_error = support.import_vendored(FAMILY, box_modules())
+        mod, error = support.import_vendored(FAMILY, box_modules())
+        missing = [a for a in BOX_API if mod is not None and not hasattr(mod, a)]
+        if missing:
+            # An earlier idea's module vendored as a helper of the winner keeps only what the
+            # winner uses from it (tools/vendor.py), so it need not carry the box API.
+            mod, error = None, f"{mod.__name__} has no {', '.join(missing)}"
+            support.log_once(
+                f"kernel-fun {FAMILY}: the vendored box module {error}; those calls go to fla",
+                logging.WARNING,
+            )
+        _box_mod, _box_error = mod, error
     return _box_mod
 
 
 def _no_box_reason(what: str) -> str:
     """Why `what` goes to fla in a build whose box kernels are absent or broken."""
     if _box_error is not None:
-        return f"{what} needs the cconv box kernels, which failed to import ({_box_error})"
+        return f"{what} needs the cconv box kernels, which this build cannot use ({_box_error})"
     return (
         f"{what} needs the cconv box kernels (ideas 002 and later), which this build does "
         "not include"
