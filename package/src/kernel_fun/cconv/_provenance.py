@@ -39,18 +39,18 @@ SOURCE_FILES = {
 OUTPUT_FILES = {
     "package/src/kernel_fun/cconv/_kernels/__init__.py": "82f0ffc1fa6fb9fcea38ffae091a89bcb7021a5565694feca724223af66f0d12",
     "package/src/kernel_fun/cconv/_kernels/launch10.py": "cbb327d391e2a38009b42a9189df000f473345f08571a32fb083a917556d69b5",
-    "package/src/kernel_fun/cconv/_kernels/strip10.py": "851632b45db6a1f424fe4e815028735fc32aa879e4e6a058098ff8e7dede1f61",
+    "package/src/kernel_fun/cconv/_kernels/strip10.py": "00abb3e498fcf1034fc11b582359cfbdb8065b229cd481888b8f7af60e678960",
     "package/src/kernel_fun/cconv/_kernels/strip11.py": "15a8a7b2364e667985e3b7bcc949e2624d2d41cd1e62c056a50e5320ecafd7b9",
-    "package/src/kernel_fun/cconv/_kernels/strip2.py": "df0e1d8ae6007bcf2369ff8bdfc425470e22c0bdd85c8205dde8e15041c4426b",
-    "package/src/kernel_fun/cconv/_kernels/strip4.py": "c7f70cdc5a51c4b95c1c31caff0cc5464aa301713127536f848c79df42ebb06a",
-    "package/src/kernel_fun/cconv/_kernels/strip5.py": "736f2df50fa08e4605fafbf7de72fb34f5a4d2fec509107610248942b8805559",
-    "package/src/kernel_fun/cconv/_kernels/strip6.py": "7e4d6b54939007e5aeff5baff0512c1f944ea72e181d8bdc3acb6e6a3415e319",
-    "package/src/kernel_fun/cconv/_kernels/strip7.py": "cc3c66b112b2fdc105834c87d889e48d44bdaac13326a21e2dd7808ce4e466ae",
-    "package/src/kernel_fun/cconv/_kernels/strip8.py": "058be7a4506011aab740febd32eef975ae8403c16e1c3398066337dd99714f04",
-    "package/src/kernel_fun/cconv/_kernels/strip9.py": "ded99f0d77a627dd351e911b176e4dd8600748b9e1be2781a018dd9305380e1f",
+    "package/src/kernel_fun/cconv/_kernels/strip2.py": "5837b3f8633e95daa26d38c75a65b3f347fb2791a02902d826eae06336163288",
+    "package/src/kernel_fun/cconv/_kernels/strip4.py": "79f6ea799aa10fb9d42cb86a9212eb309878c650e6dfd9cc2761c5a732c7ed9a",
+    "package/src/kernel_fun/cconv/_kernels/strip5.py": "adb7173fbb7ba5fc90954864af6af2860d43b345df551ed94b23e6cd49c32ef6",
+    "package/src/kernel_fun/cconv/_kernels/strip6.py": "27e8cf9c84cf764eb65dfd600e9cfcb80dd35795d29cd40668e64d728dcbec96",
+    "package/src/kernel_fun/cconv/_kernels/strip7.py": "8b5fc52c5cd04165a2e496b593bdd33ce67a20da2c8a9018c73c15a4b5c122c5",
+    "package/src/kernel_fun/cconv/_kernels/strip8.py": "f613094e328987f71a5bd0800c08a0c753c9b20577698c033586ca35b37391e7",
+    "package/src/kernel_fun/cconv/_kernels/strip9.py": "acf826fc515790ffb818e9dae983678d621fc7308db84741944710c3bf83ae36",
 }
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "c1e1e6717c9afd87db5d0d95def3f54134c394b1b918147695597dce562ba91e",
+    "tool_sha256": "d5d2abeac7d2ac920f7f31920cf68c4e792ed375ea9facc783abdb0063b197bf",
 }

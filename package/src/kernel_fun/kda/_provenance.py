@@ -53,24 +53,19 @@ SOURCE_FILES = {
 }
 OUTPUT_FILES = {
     "package/src/kernel_fun/kda/_kernels/__init__.py": "501c6ede66b5e606252340beaebb14c7fbedcb3939dcc8adda593d4c936f6ba3",
-    "package/src/kernel_fun/kda/_kernels/chain10.py": "3b82404bb5b2659b99a77fc655ca5dc3958446118dafe716b720cc5fb27cf71d",
-    "package/src/kernel_fun/kda/_kernels/chain11.py": "acbf3e7b30b266361b43a32de882103d4646cdf1256d6d26cb3a39642e9fb5ed",
+    "package/src/kernel_fun/kda/_kernels/chain11.py": "dd6cc54c36cac19eb9b7cc2a27fd7dfdda2cf3b8a29c33859f2a6a052abc5c00",
     "package/src/kernel_fun/kda/_kernels/chain12.py": "7b399014dbbb4b08ca272a8e2c2b7b611d7a7d66ed9b80d153e5c9d99f18d0b4",
-    "package/src/kernel_fun/kda/_kernels/chain7.py": "b6e9697d34a226d8356ffb63703519b6a2e9811db88a5795a565a699cdf29051",
-    "package/src/kernel_fun/kda/_kernels/chain8.py": "73af9b8a69a51ce549fdd85ae45866651608f113603e6f06dc044e6cdc3b73b1",
-    "package/src/kernel_fun/kda/_kernels/chain9.py": "4f971f82756077b9349657d217ca1e42311c93d6e63a99871c40ed6092bcef70",
-    "package/src/kernel_fun/kda/_kernels/chain_stages5.py": "f17e8731f58f6298c3a0663a83fe2a9cc3fd2b9d7807f67ebb19063b77653d7d",
+    "package/src/kernel_fun/kda/_kernels/chain9.py": "8047d201890699db98f7d0e69b08a7b3a8b161f3d4d45eeaa30b0dae842516f7",
+    "package/src/kernel_fun/kda/_kernels/chain_stages5.py": "016ed5f21550ebd54398bd05fa8db4a903b81376b9cffeeed0726f258de7cd7b",
     "package/src/kernel_fun/kda/_kernels/dhu6.py": "9407cff9655854cfa799ff0452565360cc19faca060bd03029adf8cee7fff8ab",
     "package/src/kernel_fun/kda/_kernels/fwd8.py": "8347d838c2a74826ae9b91c43bd14bc0db992d1e269abe69c299533087904c55",
-    "package/src/kernel_fun/kda/_kernels/gate10.py": "8716a33807a1059a182f3397a7f31a063f06f5077d607466d6e4b6cbddc10f1c",
     "package/src/kernel_fun/kda/_kernels/gate9.py": "23d7c188668774e733d2b7167841bffe69a53601e933b117bcd1c1fedf7b2ee8",
     "package/src/kernel_fun/kda/_kernels/intra3.py": "b45fe5694462049e15971828757680a559a63d5463345861ab50ac4429b3f33b",
-    "package/src/kernel_fun/kda/_kernels/intrafwd11.py": "c9220a1fd3346363b2deaa96224056ab55f11d4cd14220cd3c7879e5ae7949c8",
     "package/src/kernel_fun/kda/_kernels/intrafwd12.py": "98e36a1fae6b2087a8d03f7ca1f0a58f0fffa56e7e304fa7c82238a143e1eb6f",
     "package/src/kernel_fun/kda/_kernels/wy5.py": "cd001eca00b6749fbe4a5298b512d723849c53425dda616f3f67cefe6304ccca",
 }
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "c1e1e6717c9afd87db5d0d95def3f54134c394b1b918147695597dce562ba91e",
+    "tool_sha256": "d5d2abeac7d2ac920f7f31920cf68c4e792ed375ea9facc783abdb0063b197bf",
 }

@@ -64,17 +64,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from . import strip2 as box
 
 # The knobs 001 and 002 share are read once, by 002's module (the same names and defaults).
-from .strip2 import (
-    AUTOTUNE,
-    FIXED_G,
-    FIXED_WARPS,
-    MAXNREG,
-    SMALL_WORK,
-    TARGET_PROGRAMS,
-)
+from .strip2 import AUTOTUNE, MAXNREG, TARGET_PROGRAMS
 
 FAST_SIGMOID = True
 
@@ -85,20 +77,9 @@ MIN_SEG = 64  # below this the backward's 3-row halo re-read costs more than ~5%
 
 # The family's cases this idea implements (ladder/kernels/cconv/family.py CASES); the decode
 # step (cconv_update) is outside the ladder's fwd/bwd protocol.
-CASES = ("dense", "bias-residual", "state", "varlen", "fp32")
 DENSE_X_DTYPES = (torch.float16, torch.bfloat16)  # 001's loop
 
-__all__ = [
-    "CASES",
-    "WMAX",
-    "cconv_bwd",
-    "cconv_bwd_case",
-    "cconv_fwd",
-    "cconv_fwd_case",
-    "cconv_update",
-    "conv_bwd",
-    "conv_fwd",
-]
+__all__ = ["WMAX"]
 
 
 def _configs() -> list[triton.Config]:
@@ -645,16 +626,6 @@ if AUTOTUNE:
 # ----------------------------------------------------------------------------------------
 
 
-def _segment(B: int, T: int, D: int) -> int:
-    """Rows per program: about TARGET_PROGRAMS programs per 1024-wide strip of the grid.
-    Longer segments mean fewer programs and fewer halo re-reads (3 rows per segment in the
-    backward), shorter ones a shorter tail. A multiple of SEG_ALIGN."""
-    strips = max(1, D // 1024)
-    ts = (B * T * strips) // TARGET_PROGRAMS
-    ts = max(MIN_SEG, (ts // SEG_ALIGN) * SEG_ALIGN)
-    return min(ts, triton.cdiv(T, SEG_ALIGN) * SEG_ALIGN)
-
-
 def _work_bucket(B: int, T: int, D: int) -> int:
     """B*T*D rounded up to a power of four, capped at WORK_CAP: the autotune key's size term.
     Best configurations change with the size of the call, not with its exact length."""
@@ -675,85 +646,6 @@ def _check(x: torch.Tensor, w: torch.Tensor) -> None:
         raise ValueError(f"x must be float16 or bfloat16, got {x.dtype}")
 
 
-def cconv_fwd(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """y = silu(causal depthwise conv(x, w)).
-
-    x: [B, T, D] fp16/bf16, any strides. w: [D, W] any float dtype, W <= 4.
-    Returns y: [B, T, D] contiguous, x's dtype. Raises ValueError on other shapes/dtypes.
-    """
-    _check(x, w)
-    B, T, D = x.shape
-    W = w.shape[1]
-    w = w.contiguous()
-    y = torch.empty((B, T, D), dtype=x.dtype, device=x.device)
-    if y.numel() == 0:
-        return y
-    TS = _segment(B, T, D)
-    NS = triton.cdiv(T, TS)
-    fast = x.dtype == torch.bfloat16
-    args = (x, w, y, T, D, TS, _work_bucket(B, T, D), *x.stride(), y.stride(0), y.stride(1))
-    if AUTOTUNE and B * T * D >= SMALL_WORK:
-        cconv_fwd_tuned[lambda m: (triton.cdiv(D, m["BD"]), NS, B)](
-            *args, W=W, FAST=fast, EVEN_T=T % TS == 0
-        )
-    else:
-        BD = 4 * 32 * FIXED_WARPS
-        cconv_fwd_kernel[(triton.cdiv(D, BD), NS, B)](
-            *args, W=W, FAST=fast, EVEN_T=T % TS == 0, BD=BD, G=FIXED_G, num_warps=FIXED_WARPS
-        )
-    return y
-
-
-def cconv_bwd(
-    x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(dx, dw) of y = cconv_fwd(x, w) for the upstream gradient dy.
-
-    x, dy: [B, T, D] fp16/bf16, any strides (dy may have zero strides). w: [D, W].
-    Returns dx: [B, T, D] contiguous in x's dtype and dw: [D, W] in w's dtype, reduced
-    deterministically from fp32 per-program partials.
-    """
-    _check(x, w)
-    if dy.shape != x.shape:
-        raise ValueError(f"dy shape {tuple(dy.shape)} does not match x {tuple(x.shape)}")
-    B, T, D = x.shape
-    W = w.shape[1]
-    w_c = w.contiguous()
-    dx = torch.empty((B, T, D), dtype=x.dtype, device=x.device)
-    if dx.numel() == 0:
-        return dx, torch.zeros_like(w)
-    TS = _segment(B, T, D)
-    NS = triton.cdiv(T, TS)
-    fast = x.dtype == torch.bfloat16
-    dwp = torch.empty((B * NS, D, W), dtype=torch.float32, device=x.device)
-    args = (
-        x,
-        w_c,
-        dy,
-        dx,
-        dwp,
-        T,
-        D,
-        TS,
-        NS,
-        _work_bucket(B, T, D),
-        *x.stride(),
-        *dy.stride(),
-        dx.stride(0),
-        dx.stride(1),
-    )
-    if AUTOTUNE and B * T * D >= SMALL_WORK:
-        cconv_bwd_tuned[lambda m: (triton.cdiv(D, m["BD"]), NS, B)](
-            *args, W=W, FAST=fast, EVEN_T=T % TS == 0
-        )
-    else:
-        BD = 4 * 32 * FIXED_WARPS
-        cconv_bwd_kernel[(triton.cdiv(D, BD), NS, B)](
-            *args, W=W, FAST=fast, EVEN_T=T % TS == 0, BD=BD, G=FIXED_G, num_warps=FIXED_WARPS
-        )
-    return dx, dwp.sum(0).to(w.dtype)
-
-
 # ----------------------------------------------------------------------------------------
 # fla's whole signature: 001's loop for 001's case, box (002's kernels) for the rest
 # ----------------------------------------------------------------------------------------
@@ -770,91 +662,3 @@ def _dense_case(x, activation, bias, initial_state, cu_seqlens) -> bool:
         and initial_state is None
         and cu_seqlens is None
     )
-
-
-def conv_fwd(
-    x: torch.Tensor,
-    w: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    residual: torch.Tensor | None = None,
-    initial_state: torch.Tensor | None = None,
-    output_final_state: bool = False,
-    activation: str | None = "silu",
-    cu_seqlens: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(y, final_state) of fla's causal_conv1d forward, every case but backend / cp_context.
-
-    Arguments, results and errors as box.conv_fwd (002's). 001's case without a residual
-    runs 001's loop (and box's final-state kernel when output_final_state); every other
-    call is box.conv_fwd.
-    """
-    N, W = box._check(x, w, bias, residual, initial_state, activation, cu_seqlens)
-    if residual is not None or not _dense_case(x, activation, bias, initial_state, cu_seqlens):
-        return box.conv_fwd(
-            x, w, bias, residual, initial_state, output_final_state, activation, cu_seqlens
-        )
-    y = cconv_fwd(x, w)
-    hT = None
-    if output_final_state:
-        B, T, D = x.shape
-        hT = torch.empty((N, D, W), dtype=x.dtype, device=x.device)
-        BD = 128
-        box.final_state_kernel[(triton.cdiv(D, BD), N)](
-            x, hT, hT, hT, T, D, *x.stride(), W=W, HAS_H0=False, VARLEN=False, BD=BD,
-            num_warps=1,
-        )  # fmt: skip
-    return y, hT
-
-
-def conv_bwd(
-    x: torch.Tensor,
-    w: torch.Tensor,
-    dy: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    residual: torch.Tensor | None = None,
-    initial_state: torch.Tensor | None = None,
-    dht: torch.Tensor | None = None,
-    activation: str | None = "silu",
-    cu_seqlens: torch.Tensor | None = None,
-):
-    """(dx, dw, db, dresidual, dh0) of conv_fwd for dy (and dht), as box.conv_bwd (002's).
-
-    001's case without dht runs 001's loop (dresidual is dy itself, db and dh0 are None);
-    every other call is box.conv_bwd. Raises ValueError on bad shapes.
-    """
-    box._check(x, w, bias, residual, initial_state, activation, cu_seqlens)
-    if dht is not None or not _dense_case(x, activation, bias, initial_state, cu_seqlens):
-        return box.conv_bwd(
-            x, w, dy, bias, residual, initial_state, dht, activation, cu_seqlens
-        )  # fmt: skip
-    dx, dw = cconv_bwd(x, w, dy)
-    return dx, dw, None, (dy if residual is not None else None), None
-
-
-def cconv_update(
-    x: torch.Tensor,
-    cache: torch.Tensor,
-    residual: torch.Tensor | None,
-    w: torch.Tensor,
-    bias: torch.Tensor | None,
-    activation: str | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """fla's causal_conv1d_update (the decode step): box.cconv_update, 002's kernel."""
-    return box.cconv_update(x, cache, residual, w, bias, activation)
-
-
-def cconv_fwd_case(x: torch.Tensor, w: torch.Tensor, opts: dict):
-    """The family's case entry point: conv_fwd with the case's options -> (y, final_state)."""
-    return conv_fwd(
-        x, w, opts["bias"], opts["residual"], opts["initial_state"],
-        bool(opts["output_final_state"]), opts["activation"], opts["cu_seqlens"],
-    )  # fmt: skip
-
-
-def cconv_bwd_case(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, opts: dict):
-    """The family's case entry point: conv_bwd -> (dx, dw, db, dh0)."""
-    dx, dw, db, _dr, dh0 = conv_bwd(
-        x, w, dy, opts["bias"], opts["residual"], opts["initial_state"], opts["dht"],
-        opts["activation"], opts["cu_seqlens"],
-    )  # fmt: skip
-    return dx, dw, db, dh0

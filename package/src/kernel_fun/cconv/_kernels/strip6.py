@@ -36,35 +36,16 @@ Env knobs (besides 004's, read by 002's and 004's modules):
 """
 
 from __future__ import annotations
-
-import torch
 import triton
 import triton.language as tl
 from . import strip2 as box
-from .strip2 import (
-    AUTOTUNE,
-    FIXED_G,
-    FIXED_WARPS,
-    SMALL_WORK,
-)
+from .strip2 import AUTOTUNE
 from . import strip4 as k4
 
 # The family's cases this idea implements (ladder/kernels/cconv/family.py CASES); the decode
 # step (cconv_update) is outside the ladder's fwd/bwd protocol.
-CASES = ("dense", "bias-residual", "state", "varlen", "fp32")
-WMAX = k4.WMAX
 
-__all__ = [
-    "CASES",
-    "WMAX",
-    "cconv_bwd",
-    "cconv_bwd_case",
-    "cconv_fwd",
-    "cconv_fwd_case",
-    "cconv_update",
-    "conv_bwd",
-    "conv_fwd",
-]
+__all__ = []
 
 
 @triton.jit
@@ -258,129 +239,3 @@ if AUTOTUNE:
 # ----------------------------------------------------------------------------------------
 # host
 # ----------------------------------------------------------------------------------------
-
-
-def _case_fwd(x, w, bias, residual, h0, cu, y, N, W, act) -> None:
-    """Launch case_fwd_kernel for y (not empty), on 002's grid (its segments: 001's rule, and
-    shorter ones on small calls) and 004's configurations."""
-    B, T, D = x.shape
-    tuned = AUTOTUNE and B * T * D >= SMALL_WORK
-    TS = box._segment(B, T, D, 512 if tuned else 4 * 32 * FIXED_WARPS)
-    NS = triton.cdiv(T, TS)
-    res = residual if residual is not None else x
-    args = (
-        x, w, bias if bias is not None else w, res, h0 if h0 is not None else w,
-        cu if cu is not None else w, y, T, D, N, TS, box._work_bucket(B * T * D),
-        *x.stride(), *res.stride(), y.stride(0), y.stride(1),
-    )  # fmt: skip
-    flags = dict(
-        W=W, ACT=act, FAST=k4.FAST_SIGMOID and x.dtype == torch.bfloat16,
-        HAS_BIAS=bias is not None, HAS_RES=residual is not None, HAS_H0=h0 is not None,
-        VARLEN=cu is not None, EVEN_T=T % TS == 0,
-    )  # fmt: skip
-    if tuned:
-        case_fwd_tuned[lambda m: (triton.cdiv(D, m["BD"]), NS, B)](*args, **flags)
-    else:
-        BD = 4 * 32 * FIXED_WARPS
-        case_fwd_kernel[(triton.cdiv(D, BD), NS, B)](
-            *args, **flags, BD=BD, G=FIXED_G, num_warps=FIXED_WARPS
-        )
-
-
-def cconv_fwd(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """y = silu(causal depthwise conv(x, w)): 004's dense loop (k4.cconv_fwd), unchanged."""
-    return k4.cconv_fwd(x, w)
-
-
-def cconv_bwd(
-    x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(dx, dw) of cconv_fwd: 004's dense loop (k4.cconv_bwd), unchanged."""
-    return k4.cconv_bwd(x, w, dy)
-
-
-def conv_fwd(
-    x: torch.Tensor,
-    w: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    residual: torch.Tensor | None = None,
-    initial_state: torch.Tensor | None = None,
-    output_final_state: bool = False,
-    activation: str | None = "silu",
-    cu_seqlens: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(y, final_state) of fla's causal_conv1d forward, every case but backend / cp_context.
-
-    x: [B, T, D] fp16/bf16/fp32 any strides ([1, total, D] with cu_seqlens [N+1] int);
-    w: [D, W<=4] any float dtype; bias [D]; residual like x; initial_state [N, D, W].
-    y = act(conv(x) + bias) + residual: [B, T, D] contiguous in x's dtype; final_state
-    [N, D, W] in x's dtype, or None. 004's dense case (no residual) runs 004's loop; every
-    other call case_fwd_kernel (002's kernel with CCONV_CASE_FWD=0). Raises ValueError on
-    other shapes and dtypes (002's checks).
-    """
-    N, W = box._check(x, w, bias, residual, initial_state, activation, cu_seqlens)
-    dense = k4._dense_case(x, activation, bias, initial_state, cu_seqlens)
-    if dense and residual is None:
-        return k4.conv_fwd(
-            x, w, bias, residual, initial_state, output_final_state, activation, cu_seqlens
-        )
-    B, T, D = x.shape
-    w = w.contiguous()
-    h0 = initial_state.contiguous() if initial_state is not None else None
-    y = torch.empty((B, T, D), dtype=x.dtype, device=x.device)
-    if y.numel() > 0:
-        _case_fwd(x, w, bias, residual, h0, cu_seqlens, y, N, W, box.ACTIVATIONS[activation])
-    hT = None
-    if output_final_state:
-        hT = torch.empty((N, D, W), dtype=x.dtype, device=x.device)
-        BD = 128
-        box.final_state_kernel[(triton.cdiv(D, BD), N)](
-            x, h0 if h0 is not None else hT, cu_seqlens if cu_seqlens is not None else hT,
-            hT, T, D, *x.stride(), W=W, HAS_H0=h0 is not None,
-            VARLEN=cu_seqlens is not None, BD=BD, num_warps=1,
-        )  # fmt: skip
-    return y, hT
-
-
-def conv_bwd(
-    x: torch.Tensor,
-    w: torch.Tensor,
-    dy: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    residual: torch.Tensor | None = None,
-    initial_state: torch.Tensor | None = None,
-    dht: torch.Tensor | None = None,
-    activation: str | None = "silu",
-    cu_seqlens: torch.Tensor | None = None,
-):
-    """(dx, dw, db, dresidual, dh0) of conv_fwd for dy (and dht): 004's conv_bwd, unchanged."""
-    return k4.conv_bwd(x, w, dy, bias, residual, initial_state, dht, activation, cu_seqlens)
-
-
-def cconv_update(
-    x: torch.Tensor,
-    cache: torch.Tensor,
-    residual: torch.Tensor | None,
-    w: torch.Tensor,
-    bias: torch.Tensor | None,
-    activation: str | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """fla's causal_conv1d_update (the decode step): box.cconv_update, 002's kernel."""
-    return box.cconv_update(x, cache, residual, w, bias, activation)
-
-
-def cconv_fwd_case(x: torch.Tensor, w: torch.Tensor, opts: dict):
-    """The family's case entry point: conv_fwd with the case's options -> (y, final_state)."""
-    return conv_fwd(
-        x, w, opts["bias"], opts["residual"], opts["initial_state"],
-        bool(opts["output_final_state"]), opts["activation"], opts["cu_seqlens"],
-    )  # fmt: skip
-
-
-def cconv_bwd_case(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, opts: dict):
-    """The family's case entry point: conv_bwd -> (dx, dw, db, dh0)."""
-    dx, dw, db, _dr, dh0 = conv_bwd(
-        x, w, dy, opts["bias"], opts["residual"], opts["initial_state"], opts["dht"],
-        opts["activation"], opts["cu_seqlens"],
-    )  # fmt: skip
-    return dx, dw, db, dh0

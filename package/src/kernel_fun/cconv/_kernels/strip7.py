@@ -30,31 +30,16 @@ Env knobs (besides those of 002, 004 and 006):
 """
 
 from __future__ import annotations
-
-import torch
 import triton
 import triton.language as tl
 from . import strip2 as box
-from .strip2 import AUTOTUNE, FIXED_G, FIXED_WARPS, SMALL_WORK
+from .strip2 import AUTOTUNE
 from . import strip4 as k4
-from . import strip6 as k6
 
 # The family's cases this idea implements (ladder/kernels/cconv/family.py CASES); the decode
 # step (cconv_update) is outside the ladder's fwd/bwd protocol.
-CASES = ("dense", "bias-residual", "state", "varlen", "fp32")
-WMAX = k4.WMAX
 
-__all__ = [
-    "CASES",
-    "WMAX",
-    "cconv_bwd",
-    "cconv_bwd_case",
-    "cconv_fwd",
-    "cconv_fwd_case",
-    "cconv_update",
-    "conv_bwd",
-    "conv_fwd",
-]
+__all__ = []
 
 
 @triton.jit
@@ -354,105 +339,3 @@ if AUTOTUNE:
 
 # The dense entry points, the forward of every case and the decode step are 006's (004's
 # dense loop, 006's case forward, 002's decode step).
-cconv_fwd = k6.cconv_fwd
-cconv_bwd = k6.cconv_bwd
-conv_fwd = k6.conv_fwd
-cconv_update = k6.cconv_update
-
-
-def conv_bwd(
-    x: torch.Tensor,
-    w: torch.Tensor,
-    dy: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    residual: torch.Tensor | None = None,
-    initial_state: torch.Tensor | None = None,
-    dht: torch.Tensor | None = None,
-    activation: str | None = "silu",
-    cu_seqlens: torch.Tensor | None = None,
-):
-    """(dx, dw, db, dresidual, dh0) of conv_fwd for the output gradients dy (and dht).
-
-    dy like x (any strides); dht [N, D, W] or None. dx [B, T, D] contiguous in x's dtype;
-    dw [D, W] in w's dtype and db [D] in bias's dtype, reduced in a fixed order from fp32
-    per-program partials; dresidual is dy itself (None without residual); dh0 [N, D, W] in
-    the initial state's dtype (None without one). 004's dense case without dht runs 004's
-    loop; every other call case_bwd_kernel (002's with CCONV_CASE_BWD=0). Raises ValueError
-    on bad shapes (002's checks).
-    """
-    N, W = box._check(x, w, bias, residual, initial_state, activation, cu_seqlens)
-    dense = k4._dense_case(x, activation, bias, initial_state, cu_seqlens)
-    if dense and dht is None:
-        return k4.conv_bwd(x, w, dy, bias, residual, initial_state, dht, activation, cu_seqlens)
-    if dy.shape != x.shape:
-        raise ValueError(f"dy shape {tuple(dy.shape)} does not match x {tuple(x.shape)}")
-    if dht is not None and tuple(dht.shape) != (N, x.shape[2], W):
-        raise ValueError(f"dht must be [N, D, W] = {(N, x.shape[2], W)}")
-    B, T, D = x.shape
-    act = box.ACTIVATIONS[activation]
-    w_c = w.contiguous()
-    h0 = initial_state.contiguous() if initial_state is not None else None
-    dht_c = dht.contiguous() if dht is not None else None
-    dx = torch.empty((B, T, D), dtype=x.dtype, device=x.device)
-    dw = torch.zeros_like(w)
-    db = torch.zeros_like(bias) if bias is not None else None
-    if dx.numel() > 0:
-        tuned = AUTOTUNE and B * T * D >= SMALL_WORK
-        BD = 4 * 32 * FIXED_WARPS
-        TS = box._segment(B, T, D, 512 if tuned else BD)
-        NS = triton.cdiv(T, TS)
-        dwp = torch.empty((B * NS, D, W), dtype=torch.float32, device=x.device)
-        dbp = (
-            torch.empty((B * NS, D), dtype=torch.float32, device=x.device)
-            if bias is not None
-            else dwp
-        )
-        args = (
-            x, w_c, bias if bias is not None else w_c, h0 if h0 is not None else w_c,
-            cu_seqlens if cu_seqlens is not None else w_c, dy,
-            dht_c if dht_c is not None else w_c, dx, dwp, dbp,
-            T, D, N, TS, NS, box._work_bucket(B * T * D),
-            *x.stride(), *dy.stride(), dx.stride(0), dx.stride(1),
-        )  # fmt: skip
-        flags = dict(
-            W=W, ACT=act, FAST=k4.FAST_SIGMOID and x.dtype == torch.bfloat16,
-            HAS_BIAS=bias is not None, HAS_H0=h0 is not None, HAS_DHT=dht_c is not None,
-            VARLEN=cu_seqlens is not None, EVEN_T=T % TS == 0,
-        )  # fmt: skip
-        if tuned:
-            case_bwd_tuned[lambda m: (triton.cdiv(D, m["BD"]), NS, B)](*args, **flags)
-        else:
-            case_bwd_kernel[(triton.cdiv(D, BD), NS, B)](
-                *args, **flags, BD=BD, G=FIXED_G, num_warps=FIXED_WARPS
-            )
-        dw = dwp.sum(0).to(w.dtype)
-        if bias is not None:
-            db = dbp.sum(0).to(bias.dtype)
-    dh0 = None
-    if h0 is not None:
-        dh0 = torch.empty_like(h0)
-        box.dh0_kernel[(triton.cdiv(D, 128), N)](
-            x, w_c, bias if bias is not None else w_c, h0,
-            cu_seqlens if cu_seqlens is not None else w_c, dy,
-            dht_c if dht_c is not None else h0, dh0, T, D, *x.stride(), *dy.stride(),
-            W=W, ACT=act, HAS_BIAS=bias is not None, HAS_DHT=dht_c is not None,
-            VARLEN=cu_seqlens is not None, BD=128, num_warps=1,
-        )  # fmt: skip
-    return dx, dw, db, (dy if residual is not None else None), dh0
-
-
-def cconv_fwd_case(x: torch.Tensor, w: torch.Tensor, opts: dict):
-    """The family's case entry point: conv_fwd with the case's options -> (y, final_state)."""
-    return conv_fwd(
-        x, w, opts["bias"], opts["residual"], opts["initial_state"],
-        bool(opts["output_final_state"]), opts["activation"], opts["cu_seqlens"],
-    )  # fmt: skip
-
-
-def cconv_bwd_case(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, opts: dict):
-    """The family's case entry point: conv_bwd -> (dx, dw, db, dh0)."""
-    dx, dw, db, _dr, dh0 = conv_bwd(
-        x, w, dy, opts["bias"], opts["residual"], opts["initial_state"], opts["dht"],
-        opts["activation"], opts["cu_seqlens"],
-    )  # fmt: skip
-    return dx, dw, db, dh0

@@ -18,30 +18,8 @@ from __future__ import annotations
 import torch
 from . import chain_stages5 as chain
 from . import fwd8 as fwd
-from . import chain10 as k10
-from . import intrafwd11 as intra_fwd
 
-__all__ = ["CASES", "kda_bwd", "kda_fwd", "kda_fwd_chain"]
-
-CASES = ("dense", "varlen", "gva", "state", "lower_bound", "neg_eigval")
-
-kda_bwd = k10.kda_bwd
-
-
-def kda_fwd(q, k, v, g, beta, A_log, dt_bias, scale, initial_state, output_final_state,
-            cu_seqlens, lower_bound, safe_gate, allow_neg_eigval):  # fmt: skip
-    """fla's forward with the layer's flags (L2 norm, gate and beta sigmoid in the kernel, the
-    state V-first), this idea's intra-chunk stage and kda/008's fused state pass: (o
-    [B, T, HV, V] in q's dtype, final_state [N, HV, V, K] fp32 or None, ctx for kda_bwd).
-
-    q, k: [B, T, H, K]; v: [B, T, HV, V]; g: [B, T, HV, K], the raw gate input; beta:
-    [B, T, HV] raw; A_log [HV], dt_bias [HV * K] fp32; initial_state [N, HV, V, K] fp32 or
-    None; cu_seqlens [N + 1] int or None. Errors as fla's stages raise them, and
-    ``intra_fwd.fwd_intra``'s and ``fwd.fwd_h_o``'s."""
-    return kda_fwd_chain(
-        q, k, v, g, beta, A_log, dt_bias, scale, initial_state, output_final_state, cu_seqlens,
-        lower_bound, safe_gate, allow_neg_eigval, intra_fwd.fwd_intra,
-    )  # fmt: skip
+__all__ = ["kda_fwd_chain"]
 
 
 def kda_fwd_chain(q, k, v, g, beta, A_log, dt_bias, scale, initial_state, output_final_state,

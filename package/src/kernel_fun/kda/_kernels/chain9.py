@@ -19,14 +19,9 @@ import torch
 from . import intra3 as intra
 from . import chain_stages5 as chain, wy5 as wy
 from . import dhu6 as dhu
-from . import chain8 as k8
 from . import gate9 as gate
 
-__all__ = ["CASES", "kda_bwd", "kda_fwd"]
-
-CASES = ("dense", "varlen", "gva", "state", "lower_bound", "neg_eigval")
-
-kda_fwd = k8.kda_fwd
+__all__ = ["kda_bwd"]
 
 
 def kda_bwd(ctx, do, dht):
