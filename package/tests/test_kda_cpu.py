@@ -554,13 +554,15 @@ def _drop_keyword(fn, name):
 def test_drift_sends_calls_to_fla_and_warmup_raises(in_box, fla_rec, monkeypatch, caplog):
     import fla.ops.kda.gate as gate
 
-    monkeypatch.setattr(gate, "kda_gate_bwd", _drop_keyword(gate.kda_gate_bwd, "dyg"))
+    monkeypatch.setattr(
+        gate, "kda_gate_chunk_cumsum", _drop_keyword(gate.kda_gate_chunk_cumsum, "dt_bias")
+    )
     tensors, kw = _inputs()
     with caplog.at_level(logging.INFO, logger="kernel_fun"):
         assert chunk_kda(*tensors, **kw) is fla_rec.result
-    assert any("kda_gate_bwd" in r.getMessage() and r.levelno == logging.ERROR
+    assert any("kda_gate_chunk_cumsum" in r.getMessage() and r.levelno == logging.ERROR
                for r in caplog.records)  # fmt: skip
-    with pytest.raises(compat.FlaDriftError, match="kda_gate_bwd"):
+    with pytest.raises(compat.FlaDriftError, match="kda_gate_chunk_cumsum"):
         warmup(2, 4, 8, 4)
     monkeypatch.setenv("KERNEL_FUN_FALLBACK", "1")
     assert warmup(2, 4, 8, 4) == 0

@@ -283,8 +283,8 @@ KDA_CHAIN = (
     "kda_gate_chunk_cumsum", "recompute_w_u_fwd", "chunk_gated_delta_rule_fwd_h",
     "chunk_kda_bwd_dAv", "chunk_gated_delta_rule_bwd_dhu",
     "chunk_gated_delta_rule_bwd_kernel_dhu_blockdim64",
-    "prepare_chunk_indices", "prepare_chunk_offsets", "chunk_local_cumsum", "kda_gate_bwd",
-    "l2norm_bwd", "fused_beta_sigmoid_bwd", "ChunkKDAFunction", "l2norm_fwd",
+    "prepare_chunk_indices", "prepare_chunk_offsets",
+    "l2norm_bwd", "fused_beta_sigmoid_bwd", "l2norm_fwd",
     "fused_beta_sigmoid", "chunk_kda_fwd_intra", "chunk_gla_fwd_o_gk",
     "chunk_kda_fwd_kernel_inter_solve_fused",
 )  # fmt: skip

@@ -214,13 +214,6 @@ FLA_SYMBOLS: tuple[FlaSymbol, ...] = (
         family="kda",
     ),
     FlaSymbol(
-        key="ChunkKDAFunction",
-        name="ChunkKDAFunction",
-        modules=(_KDA_CHUNK,),
-        used_by="the kda chain's forward (fla's ChunkKDAFunction.forward) and the baseline",
-        family="kda",
-    ),
-    FlaSymbol(
         key="kda_gate_chunk_cumsum",
         name="kda_gate_chunk_cumsum",
         modules=("fla.ops.kda.gate",),
@@ -439,24 +432,6 @@ FLA_SYMBOLS: tuple[FlaSymbol, ...] = (
         ),  # fmt: skip
         used_by="the kda chain's forward for K above 128 (fla's output kernel after its "
         "state pass)",
-        family="kda",
-    ),
-    FlaSymbol(
-        key="chunk_local_cumsum",
-        name="chunk_local_cumsum",
-        modules=("fla.ops.utils.cumsum", "fla.ops.utils"),
-        keywords=("chunk_size", "reverse", "cu_seqlens", "chunk_indices"),
-        used_by="the vendored kda/005 chain's backward (reverse cumulative sum of dg; the "
-        "promoted chain's own gate tail runs in its place)",
-        family="kda",
-    ),
-    FlaSymbol(
-        key="kda_gate_bwd",
-        name="kda_gate_bwd",
-        modules=("fla.ops.kda.gate",),
-        keywords=("g", "A_log", "dt_bias", "dyg", "lower_bound"),
-        used_by="the vendored kda/005 chain's backward (dg, dA_log, ddt_bias through the "
-        "gate; the promoted chain's own gate tail runs in its place)",
         family="kda",
     ),
     FlaSymbol(
