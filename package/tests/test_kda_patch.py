@@ -24,6 +24,7 @@ import fla  # noqa: E402
 import fla.layers.kda as fla_layer  # noqa: E402
 import fla.modules.causal_conv1d.ops as conv_ops  # noqa: E402
 import fla.ops.kda  # noqa: E402
+import fla.ops.kda.chunk_intra as fla_intra  # noqa: E402
 import kernel_fun  # noqa: E402
 import kernel_fun.cconv  # noqa: E402
 import kernel_fun.kda  # noqa: E402
@@ -321,7 +322,7 @@ def test_kda_rows_resolve_against_the_installed_fla(_fresh_compat):
     assert set(probe.resolved) == keys
     assert compat.check_fla("kda") is True
     assert compat.fla_symbol("chunk_kda") is fla_chunk.chunk_kda
-    assert compat.fla_symbol("ChunkKDAFunction") is fla_chunk.ChunkKDAFunction
+    assert compat.fla_symbol("chunk_kda_fwd_intra") is fla_intra.chunk_kda_fwd_intra
     # every keyword a row lists is a named parameter of fla's function
     for sym in compat.FLA_SYMBOLS:
         if sym.family == "kda" and sym.keywords:
