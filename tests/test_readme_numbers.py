@@ -136,3 +136,23 @@ def test_readme_research_numbers_are_the_committed_records() -> None:
             f" | {e['fwdbwd']['ratio']:.2f}x |"
         )  # fmt: skip
         assert label + cells in readme, label + cells
+
+
+def test_readme_quotes_the_current_build_layer_step_as_printed() -> None:
+    """The current build's layer step, whose report came back only as printed lines."""
+    readme = (ROOT / "README.md").read_text()
+    tail = (ROOT / "docs" / "results" / "prodtime-h200-20261203-tail.txt").read_text()
+    steps = {}
+    for label, key in (("fla", "fla"), ("kernel-fun,", "cconv_only"), ("kernel-fun", "both")):
+        cells = [ln.split("│") for ln in tail.splitlines() if ln.startswith("│")]
+        # the row that names the side and has a step time (not a ratio's second line)
+        (row,) = [c for c in cells if c[1].strip() == label and c[2].strip()]
+        steps[key] = float(row[2])
+    assert "docs/results/prodtime-h200-20261203-tail.txt" in readme
+    assert (
+        f"{steps['fla']:.3f} ms for fla, {steps['cconv_only']:.3f} ms with the conv patched and\n"
+        f"{steps['both']:.3f} ms with both families patched: "
+        f"{steps['fla'] / steps['both']:.2f}x, the conv alone "
+        f"{steps['fla'] / steps['cconv_only']:.2f}x and the kda chain adding\n"
+        f"{steps['cconv_only'] / steps['both']:.2f}x ({steps['fla'] - steps['both']:.1f} ms saved"
+    ) in readme
