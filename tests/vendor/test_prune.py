@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import libcst as cst
+import pytest
+
 from tests.ladderfab import REPO, vl
 from tests.vendor.passes import freeze_and_prune, src
 
@@ -83,3 +86,25 @@ def test_comments_of_a_removed_last_statement_go_to_the_end_of_the_module():
         """
     )
     assert out.endswith("def toy_fwd(x):\n    return x\n\n\n# type: ignore\n")
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ('["kept", "gone"]', '["kept"]'),
+        ('("kept", "gone")', '["kept"]'),
+        ('"kept", "gone"', '["kept"]'),
+        ('("gone",)', "[]"),
+        ('["kept", "other"]', '["kept", "other"]'),
+    ],
+)
+def test_an_imported_module_all_is_cut_to_the_names_left(value, expected):
+    code = f"__all__ = {value}\n\n\ndef kept():\n    return 1\n\n\nother = 2\n"
+    out = vl.prune._cut_all(cst.parse_module(code), {"kept", "other", "__all__"}).code
+    assert out.startswith(f"__all__ = {expected}\n"), out
+    if expected != value:
+        assert "gone" not in out
+    # the result is valid Python whose __all__ names only what the module binds
+    namespace: dict = {}
+    exec(compile(out, "cut.py", "exec"), namespace)
+    assert set(namespace["__all__"]) <= {"kept", "other"}

@@ -178,8 +178,8 @@ def prune(
 
 
 def _cut_all(module: cst.Module, bound: set[str]) -> cst.Module:
-    """``module`` with the string literals of its ``__all__ = [...]`` / ``(...)`` that name
-    nothing it binds removed."""
+    """``module`` with the string literals of its module-level ``__all__ = [...]`` / ``(...)``
+    that name nothing it binds removed (the result written as a list)."""
 
     class Cut(cst.CSTTransformer):
         def leave_Assign(self, original: cst.Assign, updated: cst.Assign) -> cst.Assign:
@@ -195,9 +195,10 @@ def _cut_all(module: cst.Module, bound: set[str]) -> cst.Module:
             ]
             if len(kept) == len(updated.value.elements):
                 return updated
-            if kept:
-                kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-            return updated.with_changes(value=updated.value.with_changes(elements=kept))
+            # written as a list: a tuple cut to one element or none would need its own commas
+            # and parentheses
+            kept = [e.with_changes(comma=cst.MaybeSentinel.DEFAULT) for e in kept]
+            return updated.with_changes(value=cst.List(elements=kept))
 
         def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
             return False  # only the module level's __all__
