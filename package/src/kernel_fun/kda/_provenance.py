@@ -67,5 +67,5 @@ OUTPUT_FILES = {
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "d5d2abeac7d2ac920f7f31920cf68c4e792ed375ea9facc783abdb0063b197bf",
+    "tool_sha256": "a32ceb2d73e10353656f3cc93aa73b2ccb1db344845751efdd1a8decf37009b5",
 }
