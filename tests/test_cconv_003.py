@@ -523,13 +523,20 @@ def test_the_dispatch_finds_003s_module_first(monkeypatch) -> None:
         monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.setattr(ops, "_box_mod", False)
     assert ops._box() is None and ops._dense() is _kernels
+
     # 004 still hidden; 003 and 002 vendored: 003's module is the box
-    fake = types.ModuleType(ops.MERGED_MODULE)
+    def box_module(name):  # a module carrying the box API, as a vendored winner does
+        mod = types.ModuleType(name)
+        for attr in ops.BOX_API:
+            setattr(mod, attr, lambda *a, **k: None)
+        return mod
+
+    fake = box_module(ops.MERGED_MODULE)
     monkeypatch.setitem(sys.modules, ops.MERGED_MODULE, fake)
-    monkeypatch.setitem(sys.modules, ops.BOX_MODULE, types.ModuleType(ops.BOX_MODULE))
+    monkeypatch.setitem(sys.modules, ops.BOX_MODULE, box_module(ops.BOX_MODULE))
     monkeypatch.setattr(ops, "_box_mod", False)
     assert ops._box() is fake and ops._dense() is fake
-    newest = types.ModuleType(ops.EXACT_MODULE)  # 004 vendored too: it comes first
+    newest = box_module(ops.EXACT_MODULE)  # 004 vendored too: it comes first
     monkeypatch.setitem(sys.modules, ops.EXACT_MODULE, newest)
     monkeypatch.setattr(ops, "_box_mod", False)
     assert ops._box() is newest and ops._dense() is newest

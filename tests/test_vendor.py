@@ -869,6 +869,77 @@ def test_a_borrowed_helper_brings_only_what_it_reaches(tmp_path):
     assert "ladder/kernels/toy/ideas/001-first/kernel.py" in prov["SOURCE_FILES"]
 
 
+def test_uses_out_of_sight_keep_their_code_in_an_imported_module(tmp_path):
+    """A decorator that registers a function, an import kept for its effect and a lookup
+    through globals() are uses the prune cannot see: what they reach stays."""
+    first = """
+    import json  # noqa: F401
+
+    _REG = {}
+
+
+    def register(f):
+        _REG[f.__name__] = f
+        return f
+
+
+    @register
+    def op_a(x):
+        return x + 1
+
+
+    def call(name, x):
+        return _REG[name](x)
+
+
+    def toy_fwd(x):
+        return x
+
+
+    def toy_bwd(x):
+        return x
+    """
+    util = """
+    def _op_b(x):
+        return x + 2
+
+
+    def by_name(name, x):
+        return globals()["_" + name](x)
+
+
+    def unused(x):
+        return x
+    """
+    second = """
+    from ladder.kernels.toy.ideas.i001 import kernel as k1
+    from ladder.kernels.toy.ideas.i001 import util
+
+
+    def toy_fwd(x):
+        return k1.call("op_a", x) + util.by_name("op_b", x)
+
+
+    def toy_bwd(x):
+        return x
+    """
+    lad = FakeLadder(tmp_path / "repo", modules=MODULES)
+    lad.add_idea("001-first", {"kernel.py": first, "util.py": util})
+    lad.add_idea("002-second", {"kernel.py": second})
+    lad.commit("ideas")
+    rid = lad.add_record("002-second", {})
+    lad.commit("record")
+    res = lad.vendor("--record", rid)
+    assert res.code == 0, res.stderr
+    kdir = lad.root / lad.package / "_kernels"
+    names = module_names((kdir / "first.py").read_text())
+    assert {"json", "_REG", "register", "op_a", "call"} <= names
+    assert not names & {"toy_fwd", "toy_bwd"}  # nothing reaches them
+    assert {"_op_b", "by_name", "unused"} <= module_names((kdir / "util1.py").read_text())
+    with imported(kdir, "vendored_toy_unseen") as pkg:
+        assert pkg.toy_fwd(1) == 2 + 3
+
+
 @pytest.mark.parametrize(
     ("line", "fragment"),
     [

@@ -8,7 +8,7 @@ or the geometric mean of the ratios at the family's RANK_SHAPES; its code checke
 commit) unless ``--idea`` / ``--record`` choose; reads the idea's modules from git at
 the commit (HEAD by default); freezes the knobs to the record's values, decides the branches
 they settle, drops what became unused (and, in the modules the idea's kernel imports,
-everything the entry points do not reach), rewrites imports between ideas; and replaces
+what its kept code does not reach), rewrites imports between ideas; and replaces
 ``package/src/kernel_fun/<family>/_kernels/`` and ``_provenance.py`` with the result, all
 files or none. ``--dry-run`` prints the diff and the knob inventory and writes nothing.
 

@@ -96,12 +96,17 @@ def test_comments_of_a_removed_last_statement_go_to_the_end_of_the_module():
         ('"kept", "gone"', '["kept"]'),
         ('("gone",)', "[]"),
         ('["kept", "other"]', '["kept", "other"]'),
+        ('["kept", "go" "ne"]', '["kept"]'),
+        ('[\n    "kept",  # why\n    "gone",\n]', '[\n    "kept",  # why\n'),  # the comment stays
     ],
 )
-def test_an_imported_module_all_is_cut_to_the_names_left(value, expected):
-    code = f"__all__ = {value}\n\n\ndef kept():\n    return 1\n\n\nother = 2\n"
+@pytest.mark.parametrize(
+    "form", ["__all__ = ", "__all__: list[str] = ", "__all__ = []\n__all__ += "]
+)
+def test_an_imported_module_all_is_cut_to_the_names_left(value, expected, form):
+    code = f"{form}{value}\n\n\ndef kept():\n    return 1\n\n\nother = 2\n"
     out = vl.prune._cut_all(cst.parse_module(code), {"kept", "other", "__all__"}).code
-    assert out.startswith(f"__all__ = {expected}\n"), out
+    assert out.startswith(f"{form}{expected}"), out
     if expected != value:
         assert "gone" not in out
     # the result is valid Python whose __all__ names only what the module binds

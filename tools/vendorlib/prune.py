@@ -3,8 +3,11 @@
 In the idea's own kernel module (the root), what goes is what the freeze made unused: used
 before the freeze (in its module or by another vendored module), unused after it. In a module
 the root imports, directly or through another (its own helpers or another idea's), only what
-the root reaches stays: a definition or import no kept code uses goes, whether or not anything
-used it before the freeze, and that module's ``__all__`` is cut to the names left. Repeated
+the root reaches stays: a definition no kept code uses goes, whether or not anything used it
+before the freeze, and that module's ``__all__`` is cut to the names left. There, as in the
+root, only what the freeze made unused goes of: imports (one may be kept for its effect),
+defs and classes whose decorator may register them, and all of a module that reads its
+namespace by name (globals(), vars(), eval, exec, __import__). Repeated
 across modules to a fixed point. Own-line comments above a removed statement move to the next
 statement that stays (:mod:`.comments`).
 """
@@ -100,7 +103,9 @@ def prune(
     In ``root`` (the idea's kernel module) only what became unused goes: used before the
     freeze (in its module or by another vendored module), unused after it; its entry points
     and ``__all__`` names stay. In every other module, anything neither that module's kept code
-    nor another module uses goes, and ``__all__`` there keeps only the names left. Never
+    nor another module uses goes (imports, registering decorators and modules that read their
+    namespace by name excepted: the root's rule holds for those), and ``__all__`` there keeps
+    only the names left. Never
     removed: dunders, ``__future__`` imports, assignments whose value may have effects (calls
     other than constructors and the module's own functions), and anything of a module another
     module uses as a whole.
@@ -140,7 +145,16 @@ def prune(
                 if not names or not info.removable.get(i):
                     new_body.append(stmt)
                     continue
-                dead = {n for n in names if n not in live and (key != root or n in before)}
+                # Reachability decides in an imported module, except where a use may be out
+                # of sight: an import (kept for its effect), a def/class whose decorator may
+                # register it, and any module that reads globals()/vars()/eval/exec.
+                reach = (
+                    key != root
+                    and not info.dynamic
+                    and i not in info.registering
+                    and not _imports(stmt)
+                )
+                dead = {n for n in names if n not in live and (reach or n in before)}
                 if isinstance(stmt, cst.SimpleStatementLine) and any(
                     isinstance(s, cst.Assign | cst.AnnAssign) for s in stmt.body
                 ):
@@ -177,28 +191,64 @@ def prune(
             }
 
 
+def _imports(stmt: cst.BaseStatement) -> bool:
+    return isinstance(stmt, cst.SimpleStatementLine) and any(
+        isinstance(s, cst.Import | cst.ImportFrom) for s in stmt.body
+    )
+
+
 def _cut_all(module: cst.Module, bound: set[str]) -> cst.Module:
-    """``module`` with the string literals of its module-level ``__all__ = [...]`` / ``(...)``
-    that name nothing it binds removed (the result written as a list)."""
+    """``module`` with the string literals of its module-level ``__all__`` (``=``, annotated
+    or ``+=``, a list or tuple) that name nothing it binds removed. Own-line comments and the
+    layout of the names that stay are kept; a cut tuple is written as a list (cut to one name
+    or none, it would need other commas and parentheses)."""
+
+    def cut(value: cst.BaseExpression) -> cst.BaseExpression:
+        if not isinstance(value, cst.List | cst.Tuple):
+            return value
+        elements = list(value.elements)
+        kept = [
+            e
+            for e in elements
+            if not isinstance(e.value, cst.SimpleString | cst.ConcatenatedString)
+            or e.value.evaluated_value in bound
+        ]
+        if len(kept) == len(elements):
+            return value
+        last = kept[-1].comma if kept else None
+        if isinstance(last, cst.Comma) and isinstance(
+            last.whitespace_after, cst.SimpleWhitespace
+        ):  # on one line: the new last name takes the old last one's comma (or none)
+            kept[-1] = kept[-1].with_changes(comma=elements[-1].comma)
+        # (a comma followed by a line break or comment stays, and the comment with it)
+        if isinstance(value, cst.List):
+            return value.with_changes(elements=kept)
+        if value.lpar:
+            return cst.List(
+                elements=kept,
+                lbracket=cst.LeftSquareBracket(whitespace_after=value.lpar[0].whitespace_after),
+                rbracket=cst.RightSquareBracket(whitespace_before=value.rpar[0].whitespace_before),
+            )
+        return cst.List(elements=[e.with_changes(comma=cst.MaybeSentinel.DEFAULT) for e in kept])
+
+    def names_all(target: cst.BaseExpression) -> bool:
+        return isinstance(target, cst.Name) and target.value == "__all__"
 
     class Cut(cst.CSTTransformer):
         def leave_Assign(self, original: cst.Assign, updated: cst.Assign) -> cst.Assign:
-            if not any(
-                isinstance(t.target, cst.Name) and t.target.value == "__all__"
-                for t in updated.targets
-            ) or not isinstance(updated.value, cst.List | cst.Tuple):
-                return updated
-            kept = [
-                e
-                for e in updated.value.elements
-                if not isinstance(e.value, cst.SimpleString) or e.value.evaluated_value in bound
-            ]
-            if len(kept) == len(updated.value.elements):
-                return updated
-            # written as a list: a tuple cut to one element or none would need its own commas
-            # and parentheses
-            kept = [e.with_changes(comma=cst.MaybeSentinel.DEFAULT) for e in kept]
-            return updated.with_changes(value=cst.List(elements=kept))
+            if any(names_all(t.target) for t in updated.targets):
+                return updated.with_changes(value=cut(updated.value))
+            return updated
+
+        def leave_AnnAssign(self, original: cst.AnnAssign, updated: cst.AnnAssign) -> cst.AnnAssign:
+            if names_all(updated.target) and updated.value is not None:
+                return updated.with_changes(value=cut(updated.value))
+            return updated
+
+        def leave_AugAssign(self, original: cst.AugAssign, updated: cst.AugAssign) -> cst.AugAssign:
+            if names_all(updated.target):
+                return updated.with_changes(value=cut(updated.value))
+            return updated
 
         def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
             return False  # only the module level's __all__

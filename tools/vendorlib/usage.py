@@ -32,6 +32,20 @@ _PURE_CALLS = frozenset(
 )
 
 
+_QUIET_DECORATORS = frozenset(
+    {
+        "triton.jit",
+        "triton.autotune",
+        "triton.heuristics",
+        "functools.cache",
+        "functools.lru_cache",
+    }
+)
+
+
+_DYNAMIC = frozenset({"globals", "vars", "eval", "exec", "__import__"})
+
+
 @dataclass
 class ModuleInfo:
     """Module-level definitions and uses of one module (for pruning)."""
@@ -47,6 +61,11 @@ class ModuleInfo:
     bound: set[str] = field(default_factory=set)
     whole_module_use: set[str] = field(default_factory=set)  # aliases used other than .attr
     attr_uses: dict[str, set[str]] = field(default_factory=dict)  # alias -> attributes
+    # top-level defs/classes with a decorator that may register them somewhere (anything but
+    # Triton's jit/autotune/heuristics and functools' caches): a use nothing here can see
+    registering: set[int] = field(default_factory=set)
+    # reads its namespace by name (globals(), vars(), eval, exec, __import__): uses unseen
+    dynamic: bool = False
 
 
 def analyse_module(module: cst.Module) -> ModuleInfo:
@@ -128,6 +147,12 @@ def _analyse_code(code: str) -> ModuleInfo:
         if isinstance(stmt, cst.FunctionDef | cst.ClassDef):
             info.defs[i] = [stmt.name.value]
             info.removable[i] = True
+            for dec in stmt.decorators:
+                target = (
+                    dec.decorator.func if isinstance(dec.decorator, cst.Call) else dec.decorator
+                )
+                if not qn(target) & _QUIET_DECORATORS:
+                    info.registering.add(i)
         elif isinstance(stmt, cst.SimpleStatementLine):
             names: list[str] = []
             removable = True
@@ -176,6 +201,13 @@ def _analyse_code(code: str) -> ModuleInfo:
                     if isinstance(value, list | tuple):
                         info.all_names.update(v for v in value if isinstance(v, str))
 
+    info.dynamic = any(
+        isinstance(n, cst.Call)
+        and isinstance(n.func, cst.Name)
+        and n.func.value in _DYNAMIC
+        and n.func.value not in local_funcs
+        for n in _walk(module)
+    )
     global_scope = next((s for s in scopes.values() if isinstance(s, GlobalScope)), None)
     if global_scope is None:
         return info
@@ -209,6 +241,12 @@ def _analyse_code(code: str) -> ModuleInfo:
             else:
                 info.whole_module_use.add(name)
     return info
+
+
+def _walk(node: cst.CSTNode):
+    yield node
+    for child in node.children:
+        yield from _walk(child)
 
 
 def _assigned_names(scope: GlobalScope) -> set[str]:

@@ -7,11 +7,12 @@ forces the fallback, so a flag this package has never seen can never be silently
 
 Two kinds of vendored module: `_kernels/strip.py` (idea 001: bf16/fp16 x, silu, no optional
 argument) and box modules, which take every case of fla's causal_conv1d but
-`backend="cuda"` / `"mix"` and `cp_context`, and the decode step (`BOX_API`: 002's
-`strip2.py` and every later idea's module, which may import an earlier one's kernels). The
-box module (`box_modules()`: the vendored winner's module when it carries every case, else
-the first of strip4, strip3 and strip2 the build vendors) is imported on first use; while
-none is (`_box()` is None) only 001's case runs our kernels.
+`backend="cuda"` / `"mix"` and `cp_context`, and the decode step (`BOX_API`: the module of
+idea 002 or a later one that was promoted; an earlier idea's module vendored only because the
+winner imports from it keeps just what the winner uses, and need not carry it). The box
+module (`box_modules()`: the vendored winner's module when it carries every case, else the
+first of strip4, strip3 and strip2 the build vendors) is imported on first use; while none
+is, or the one found lacks `BOX_API` (`_box()` is None), only 001's case runs our kernels.
 
 The entry point is opaque to torch.compile (traced, it calls a `torch.compiler.disable`d
 copy of itself), and every tensor operation of our path runs inside one
