@@ -39,18 +39,18 @@ SOURCE_FILES = {
 OUTPUT_FILES = {
     "package/src/kernel_fun/cconv/_kernels/__init__.py": "82f0ffc1fa6fb9fcea38ffae091a89bcb7021a5565694feca724223af66f0d12",
     "package/src/kernel_fun/cconv/_kernels/launch10.py": "cbb327d391e2a38009b42a9189df000f473345f08571a32fb083a917556d69b5",
-    "package/src/kernel_fun/cconv/_kernels/strip10.py": "00abb3e498fcf1034fc11b582359cfbdb8065b229cd481888b8f7af60e678960",
+    "package/src/kernel_fun/cconv/_kernels/strip10.py": "9e5b5ea6b43ab84af72c0067fe5ba66a380aa65e828b4832a810dfa533d07f68",
     "package/src/kernel_fun/cconv/_kernels/strip11.py": "15a8a7b2364e667985e3b7bcc949e2624d2d41cd1e62c056a50e5320ecafd7b9",
-    "package/src/kernel_fun/cconv/_kernels/strip2.py": "5837b3f8633e95daa26d38c75a65b3f347fb2791a02902d826eae06336163288",
-    "package/src/kernel_fun/cconv/_kernels/strip4.py": "79f6ea799aa10fb9d42cb86a9212eb309878c650e6dfd9cc2761c5a732c7ed9a",
-    "package/src/kernel_fun/cconv/_kernels/strip5.py": "adb7173fbb7ba5fc90954864af6af2860d43b345df551ed94b23e6cd49c32ef6",
+    "package/src/kernel_fun/cconv/_kernels/strip2.py": "b2a967ef28bad270442e8a2fed93d7580537222bbab4b32a5a08a49ad518dd48",
+    "package/src/kernel_fun/cconv/_kernels/strip4.py": "25b5cb3dc9e92e2134459ecdaeedcaed51b189cfd1a5d00a225e7f7662640daa",
+    "package/src/kernel_fun/cconv/_kernels/strip5.py": "502f1eb98ca3f2bfea6628c54626dcd9cb5279209b172b426848c793f58d8640",
     "package/src/kernel_fun/cconv/_kernels/strip6.py": "27e8cf9c84cf764eb65dfd600e9cfcb80dd35795d29cd40668e64d728dcbec96",
     "package/src/kernel_fun/cconv/_kernels/strip7.py": "8b5fc52c5cd04165a2e496b593bdd33ce67a20da2c8a9018c73c15a4b5c122c5",
-    "package/src/kernel_fun/cconv/_kernels/strip8.py": "f613094e328987f71a5bd0800c08a0c753c9b20577698c033586ca35b37391e7",
-    "package/src/kernel_fun/cconv/_kernels/strip9.py": "acf826fc515790ffb818e9dae983678d621fc7308db84741944710c3bf83ae36",
+    "package/src/kernel_fun/cconv/_kernels/strip8.py": "8424186e97f011eb4aeddf6838d481c8adcd6804dfc6b6015892934515b714b0",
+    "package/src/kernel_fun/cconv/_kernels/strip9.py": "f48e23a5a78ea2c79d3143bf519c6982ba93874ad0c1d24951c0908f466dac91",
 }
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "a32ceb2d73e10353656f3cc93aa73b2ccb1db344845751efdd1a8decf37009b5",
+    "tool_sha256": "f88bbdf0e5a31a311604febc51b5123a0f758a60a0b3001cfe4fe1934d998bb1",
 }

@@ -67,5 +67,5 @@ OUTPUT_FILES = {
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "a32ceb2d73e10353656f3cc93aa73b2ccb1db344845751efdd1a8decf37009b5",
+    "tool_sha256": "f88bbdf0e5a31a311604febc51b5123a0f758a60a0b3001cfe4fe1934d998bb1",
 }

@@ -30,7 +30,10 @@ from . import launch10 as launch
 LAUNCH_CACHE = True
 WMAX = k9.WMAX
 
-__all__ = ["WMAX", "cconv_update"]
+__all__ = [
+    "WMAX",
+    "cconv_update",
+]
 
 # Every case entry point and the decode step are 009's.
 cconv_update = k9.cconv_update

@@ -65,7 +65,12 @@ ACTIVATIONS = {None: 0, "silu": 1, "swish": 1}
 # The family's cases this idea implements (ladder/kernels/cconv/family.py CASES); the decode
 # step (cconv_update) is outside the ladder's fwd/bwd protocol and tested in the package.
 
-__all__ = ["ACTIVATIONS", "WMAX", "X_DTYPES", "cconv_update"]
+__all__ = [
+    "ACTIVATIONS",
+    "WMAX",
+    "X_DTYPES",
+    "cconv_update",
+]
 
 
 def _configs() -> list[triton.Config]:

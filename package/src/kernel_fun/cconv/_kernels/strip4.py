@@ -79,7 +79,9 @@ MIN_SEG = 64  # below this the backward's 3-row halo re-read costs more than ~5%
 # step (cconv_update) is outside the ladder's fwd/bwd protocol.
 DENSE_X_DTYPES = (torch.float16, torch.bfloat16)  # 001's loop
 
-__all__ = ["WMAX"]
+__all__ = [
+    "WMAX",
+]
 
 
 def _configs() -> list[triton.Config]:

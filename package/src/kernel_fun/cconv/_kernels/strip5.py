@@ -36,7 +36,9 @@ MIN_SEG_SMALL = 8  # the shortest segment: one loop step of the largest G
 # The family's cases this idea implements (ladder/kernels/cconv/family.py CASES); the decode
 # step (cconv_update) is outside the ladder's fwd/bwd protocol.
 
-__all__ = ["cconv_update"]
+__all__ = [
+    "cconv_update",
+]
 
 
 def cconv_update(

@@ -27,7 +27,10 @@ from . import strip5 as k5
 # step (cconv_update) is outside the ladder's fwd/bwd protocol.
 WMAX = k4.WMAX
 
-__all__ = ["WMAX", "cconv_update"]
+__all__ = [
+    "WMAX",
+    "cconv_update",
+]
 
 # The dense entry points are 005's (004's loop on the small-call grid); the decode step is
 # 002's, which every one of these ideas hands out.

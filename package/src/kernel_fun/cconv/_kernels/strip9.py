@@ -24,7 +24,10 @@ from . import strip8 as k8
 
 WMAX = k8.WMAX
 
-__all__ = ["WMAX", "cconv_update"]
+__all__ = [
+    "WMAX",
+    "cconv_update",
+]
 
 # Every forward, the dense backward and the decode step are 008's.
 cconv_update = k8.cconv_update
