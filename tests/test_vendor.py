@@ -108,6 +108,22 @@ def record_and_vendor(lad: FakeLadder, knobs: dict[str, Any], *args: str):
     return lad.vendor("--record", rid, *args)
 
 
+def vendor_ideas(
+    lad: FakeLadder,
+    ideas: dict[str, dict[str, str]],
+    winner: str,
+    knobs: dict[str, Any] | None = None,
+):
+    """Add `ideas` (name -> {file: source}) to `lad`, commit them, record `winner` with `knobs`
+    and vendor that record: the vendor's result."""
+    for name, files in ideas.items():
+        lad.add_idea(name, files)
+    lad.commit("ideas")
+    rid = lad.add_record(winner, knobs or {})
+    lad.commit(f"record {rid}")
+    return lad.vendor("--record", rid)
+
+
 def refused(result, fragment: str) -> None:
     assert result.code == 2, (result.stdout, result.stderr)
     line = result.stderr.strip()
@@ -634,12 +650,15 @@ def imported(kdir: Path, name: str):
 
 def test_cross_idea_imports_are_rewritten_and_pulled_in(tmp_path):
     lad = FakeLadder(tmp_path / "repo", modules=MODULES)
-    lad.add_idea("001-first", {"kernel.py": FIRST, "util.py": UTIL})
-    lad.add_idea("002-second", {"kernel.py": SECOND, "extra.py": EXTRA})
-    lad.commit("ideas")
-    rid = lad.add_record("002-second", {"TOY_SCALE": 5})
-    lad.commit("record")
-    res = lad.vendor("--record", rid)
+    res = vendor_ideas(
+        lad,
+        {
+            "001-first": {"kernel.py": FIRST, "util.py": UTIL},
+            "002-second": {"kernel.py": SECOND, "extra.py": EXTRA},
+        },
+        "002-second",
+        {"TOY_SCALE": 5},
+    )
     assert res.code == 0, res.stderr
     kdir = lad.root / lad.package / "_kernels"
     assert sorted(p.name for p in kdir.glob("*.py")) == [
@@ -704,12 +723,9 @@ def test_an_import_dropped_by_the_freeze_is_not_pulled_in(tmp_path):
         return x
     """
     lad = FakeLadder(tmp_path / "repo", modules={"002-second": {"kernel": "second"}})
-    lad.add_idea("001-first", {"kernel.py": FIRST})
-    lad.add_idea("002-second", {"kernel.py": src})
-    lad.commit("ideas")
-    rid = lad.add_record("002-second", {})
-    lad.commit("record")
-    res = lad.vendor("--record", rid)
+    res = vendor_ideas(
+        lad, {"001-first": {"kernel.py": FIRST}, "002-second": {"kernel.py": src}}, "002-second"
+    )
     assert res.code == 0, res.stderr
     assert sorted(p.name for p in (lad.root / lad.package / "_kernels").glob("*.py")) == [
         "__init__.py",
@@ -746,11 +762,7 @@ def test_a_module_whose_every_use_was_frozen_away_is_not_written(tmp_path):
     lad = FakeLadder(
         tmp_path / "repo", modules={"002-second": {"kernel": "second", "helper": "helper"}}
     )
-    lad.add_idea("002-second", {"kernel.py": src, "helper.py": helper})
-    lad.commit("ideas")
-    rid = lad.add_record("002-second", {})
-    lad.commit("record")
-    res = lad.vendor("--record", rid)
+    res = vendor_ideas(lad, {"002-second": {"kernel.py": src, "helper.py": helper}}, "002-second")
     assert res.code == 0, res.stderr
     kernels = lad.root / lad.package / "_kernels"
     assert sorted(p.name for p in kernels.glob("*.py")) == ["__init__.py", "second.py"]
@@ -789,12 +801,14 @@ def test_a_name_another_idea_reexports_is_kept(tmp_path):
     __all__ = ["toy_fwd", "toy_bwd", "tool"]
     """
     lad = FakeLadder(tmp_path / "repo", modules=MODULES)
-    lad.add_idea("001-first", {"kernel.py": first})
-    lad.add_idea("002-second", {"kernel.py": second})
-    lad.commit("ideas")
-    rid = lad.add_record("002-second", {})
-    lad.commit("record")
-    assert lad.vendor("--record", rid).code == 0
+    assert (
+        vendor_ideas(
+            lad,
+            {"001-first": {"kernel.py": first}, "002-second": {"kernel.py": second}},
+            "002-second",
+        ).code
+        == 0
+    )
     kdir = lad.root / lad.package / "_kernels"
     assert "def tool" in (kdir / "first.py").read_text()
     with imported(kdir, "vendored_toy_reexport") as pkg:
@@ -849,13 +863,15 @@ def test_a_borrowed_helper_brings_only_what_it_reaches(tmp_path):
         "003-third": {"kernel": "third"},
     }
     lad = FakeLadder(tmp_path / "repo", modules=modules)
-    lad.add_idea("001-first", {"kernel.py": first})
-    lad.add_idea("002-second", {"kernel.py": second})
-    lad.add_idea("003-third", {"kernel.py": third})
-    lad.commit("ideas")
-    rid = lad.add_record("003-third", {})
-    lad.commit("record")
-    res = lad.vendor("--record", rid)
+    res = vendor_ideas(
+        lad,
+        {
+            "001-first": {"kernel.py": first},
+            "002-second": {"kernel.py": second},
+            "003-third": {"kernel.py": third},
+        },
+        "003-third",
+    )
     assert res.code == 0, res.stderr
     kdir = lad.root / lad.package / "_kernels"
     assert sorted(p.name for p in kdir.glob("*.py")) == ["__init__.py", "second.py", "third.py"]
@@ -924,12 +940,11 @@ def test_uses_out_of_sight_keep_their_code_in_an_imported_module(tmp_path):
         return x
     """
     lad = FakeLadder(tmp_path / "repo", modules=MODULES)
-    lad.add_idea("001-first", {"kernel.py": first, "util.py": util})
-    lad.add_idea("002-second", {"kernel.py": second})
-    lad.commit("ideas")
-    rid = lad.add_record("002-second", {})
-    lad.commit("record")
-    res = lad.vendor("--record", rid)
+    res = vendor_ideas(
+        lad,
+        {"001-first": {"kernel.py": first, "util.py": util}, "002-second": {"kernel.py": second}},
+        "002-second",
+    )
     assert res.code == 0, res.stderr
     kdir = lad.root / lad.package / "_kernels"
     names = module_names((kdir / "first.py").read_text())

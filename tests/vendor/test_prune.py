@@ -113,3 +113,23 @@ def test_an_imported_module_all_is_cut_to_the_names_left(value, expected, form):
     namespace: dict = {}
     exec(compile(out, "cut.py", "exec"), namespace)
     assert set(namespace["__all__"]) <= {"kept", "other"}
+
+
+@pytest.mark.parametrize(
+    ("source", "dynamic"),
+    [
+        ('X = 1\n\n\ndef f():\n    return globals()["X"]\n', True),
+        ("def f():\n    look = vars\n    return look()\n", True),  # handed on, not called
+        ("def f(code):\n    return eval(code)\n", True),
+        ("def f():\n    return __import__('os')\n", True),
+        ("def globals():\n    return {}\n\n\ndef f():\n    return globals()\n", False),
+        ("def f(eval):\n    return eval(1)\n", False),  # a parameter, not the builtin
+        ("def f(x):\n    return len(x)\n", False),
+    ],
+)
+def test_a_module_reading_its_namespace_by_name_is_dynamic(source, dynamic):
+    """globals(), vars(), eval, exec and __import__ as the builtins, and only as them, make a
+    module's uses unseen (the prune then keeps its freeze-only rule)."""
+    from vendorlib.usage import analyse_module
+
+    assert analyse_module(cst.parse_module(source)).dynamic is dynamic

@@ -7,7 +7,13 @@ import functools
 from dataclasses import dataclass, field
 
 import libcst as cst
-from libcst.metadata import GlobalScope, MetadataWrapper, ParentNodeProvider, ScopeProvider
+from libcst.metadata import (
+    BuiltinAssignment,
+    GlobalScope,
+    MetadataWrapper,
+    ParentNodeProvider,
+    ScopeProvider,
+)
 
 from .imports import dotted_name, import_bound, target_names
 
@@ -201,13 +207,6 @@ def _analyse_code(code: str) -> ModuleInfo:
                     if isinstance(value, list | tuple):
                         info.all_names.update(v for v in value if isinstance(v, str))
 
-    info.dynamic = any(
-        isinstance(n, cst.Call)
-        and isinstance(n.func, cst.Name)
-        and n.func.value in _DYNAMIC
-        and n.func.value not in local_funcs
-        for n in _walk(module)
-    )
     global_scope = next((s for s in scopes.values() if isinstance(s, GlobalScope)), None)
     if global_scope is None:
         return info
@@ -219,6 +218,8 @@ def _analyse_code(code: str) -> ModuleInfo:
             name = node.value if isinstance(node, cst.Name) else None
             if name is not None and not access.referents:
                 info.unresolved.add(name)
+            if name in _DYNAMIC and any(isinstance(r, BuiltinAssignment) for r in access.referents):
+                info.dynamic = True  # the builtin itself, called or handed on
             if name is None:
                 # a string annotation: count the names it resolves to
                 for ref in access.referents:
@@ -241,12 +242,6 @@ def _analyse_code(code: str) -> ModuleInfo:
             else:
                 info.whole_module_use.add(name)
     return info
-
-
-def _walk(node: cst.CSTNode):
-    yield node
-    for child in node.children:
-        yield from _walk(child)
 
 
 def _assigned_names(scope: GlobalScope) -> set[str]:

@@ -92,6 +92,11 @@ def _kernels():
 BOX_API = ("conv_fwd", "conv_bwd", "cconv_update", "cconv_fwd", "cconv_bwd")
 
 
+def _missing_box_api(mod) -> list[str]:
+    """The names of BOX_API that module `mod` lacks (empty when it carries every case)."""
+    return [a for a in BOX_API if not hasattr(mod, a)]
+
+
 def _winner_module() -> str | None:
     """The module the vendored `_kernels` package takes its entry points from: the one its
     generated `__init__.py` imports them from (`from .<module> import ...`, read, not
@@ -138,7 +143,7 @@ def box_modules() -> tuple[str, ...]:
         # a broken winner: tried first, so import_vendored reports it and calls go to fla,
         # rather than an older module's kernels running in its place
         return (name, *(m for m in BOX_MODULES if m != name))
-    if not all(hasattr(winner, a) for a in BOX_API):
+    if _missing_box_api(winner):
         return BOX_MODULES
     return (name, *(m for m in BOX_MODULES if m != name))
 
@@ -151,7 +156,7 @@ def _box():
     global _box_mod, _box_error
     if _box_mod is False:
         mod, error = support.import_vendored(FAMILY, box_modules())
-        missing = [a for a in BOX_API if mod is not None and not hasattr(mod, a)]
+        missing = _missing_box_api(mod) if mod is not None else []
         if missing:
             # An earlier idea's module vendored as a helper of the winner keeps only what the
             # winner uses from it (tools/vendor.py), so it need not carry the box API.
