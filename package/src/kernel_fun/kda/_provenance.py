@@ -67,5 +67,5 @@ OUTPUT_FILES = {
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "f88bbdf0e5a31a311604febc51b5123a0f758a60a0b3001cfe4fe1934d998bb1",
+    "tool_sha256": "397c269069ffe48174e60f9f4d4a10d020a30b9609422873408e974ee8f7504c",
 }
