@@ -160,3 +160,36 @@ def test_readme_quotes_the_earlier_layer_steps() -> None:
         f"printed {steps['fla'] / steps['both']:.2f}x, and only its printed tail came back "
         "(`docs/results/prodtime-h200-20261203-tail.txt`)"
     ) in readme
+
+
+def test_readme_quotes_the_promoted_kda_profile() -> None:
+    """The promoted kda build's per-kernel profile README quotes, beside fla's, as measured."""
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    res = ROOT / "docs" / "results"
+    ours = json.loads((res / "profile-kda-012-h200-20261203.json").read_text())["directions"]
+    fla = json.loads((res / "profile-kda-000-h200-20261203.json").read_text())["directions"]
+
+    def ms(prof: dict, direction: str, kernel: str) -> float:
+        (row,) = [r for r in prof[direction]["kernels"] if r["kernel"] == kernel]
+        return row["ms"]
+
+    intra, wy = ms(ours, "bwd", "kda_bwd_intra_kernel"), ms(ours, "bwd", "kda_bwd_wy_kernel")
+    fla_two = ms(fla, "bwd", "chunk_kda_bwd_kernel_intra") + ms(
+        fla, "bwd", "chunk_kda_bwd_kernel_wy_dqkg_fused"
+    )
+    recompute = (
+        ms(ours, "bwd", "recompute_w_u_fwd_kda_kernel"),
+        ms(ours, "bwd", "chunk_gated_delta_rule_fwd_kernel_h_blockdim64"),
+        ms(ours, "bwd", "kda_gate_chunk_cumsum_vector_kernel"),
+    )
+    for quoted in (
+        f"the forward takes {ours['fwd']['wall_ms']:.2f} ms of wall time (fla "
+        f"{fla['fwd']['wall_ms']:.2f}), {ms(ours, 'fwd', 'chunk_kda_fwd_kernel_h_o'):.2f} ms",
+        f"the backward {ours['bwd']['wall_ms']:.2f} ms (fla {fla['bwd']['wall_ms']:.2f}), "
+        f"{intra + wy:.2f} ms of it two kernels",
+        f"(`kda_bwd_intra_kernel`, {intra:.2f} ms) and the WY stage (`kda_bwd_wy_kernel`, "
+        f"{wy:.2f} ms), where fla's two take {fla_two:.2f} ms",
+        f"(w/u {recompute[0]:.2f} ms, the forward state {recompute[1]:.2f} ms, the gate cumsum "
+        f"{recompute[2]:.2f} ms) are {sum(recompute):.2f} ms more",
+    ):
+        assert quoted in readme, quoted
