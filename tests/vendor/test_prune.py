@@ -125,6 +125,12 @@ def test_an_imported_module_all_is_cut_to_the_names_left(value, expected, form):
         ("def globals():\n    return {}\n\n\ndef f():\n    return globals()\n", False),
         ("def f(eval):\n    return eval(1)\n", False),  # a parameter, not the builtin
         ("def f(x):\n    return len(x)\n", False),
+        # a global that may hold the builtin
+        ("from builtins import globals\n\n\ndef f():\n    return globals()\n", True),
+        ("try:\n    from safe import eval\nexcept ImportError:\n    pass\nY = eval('1')\n", True),
+        ("if X:\n\n    def exec(c):\n        pass\n\n\nexec('1')\n", True),
+        ("def s():\n    global exec\n    exec = None\n\n\ndef f(c):\n    exec(c)\n", True),
+        ("class C:\n    vars = 1\n    y = vars\n", False),  # a class attribute
     ],
 )
 def test_a_module_reading_its_namespace_by_name_is_dynamic(source, dynamic):

@@ -208,6 +208,18 @@ def _analyse_code(code: str) -> ModuleInfo:
                         info.all_names.update(v for v in value if isinstance(v, str))
 
     global_scope = next((s for s in scopes.values() if isinstance(s, GlobalScope)), None)
+    top_defs = {id(stmt) for stmt in module.body if isinstance(stmt, cst.FunctionDef)}
+
+    def may_be_builtin(ref) -> bool:
+        """Whether a referent of globals/vars/eval/exec/__import__ may be the builtin: the
+        builtin itself, or any global binding but an unconditional top-level def (an import
+        from builtins, a conditional def, an assignment under `global`, ...)."""
+        if isinstance(ref, BuiltinAssignment):
+            return True
+        if getattr(ref, "scope", None) is not global_scope:
+            return False  # a parameter, a local or a class attribute
+        return id(getattr(ref, "node", None)) not in top_defs
+
     if global_scope is None:
         return info
     info.bound = {name for name in _assigned_names(global_scope)}
@@ -218,8 +230,8 @@ def _analyse_code(code: str) -> ModuleInfo:
             name = node.value if isinstance(node, cst.Name) else None
             if name is not None and not access.referents:
                 info.unresolved.add(name)
-            if name in _DYNAMIC and any(isinstance(r, BuiltinAssignment) for r in access.referents):
-                info.dynamic = True  # the builtin itself, called or handed on
+            if name in _DYNAMIC and any(may_be_builtin(r) for r in access.referents):
+                info.dynamic = True  # the builtin, or a global that may hold it
             if name is None:
                 # a string annotation: count the names it resolves to
                 for ref in access.referents:
