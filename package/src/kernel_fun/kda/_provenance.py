@@ -67,5 +67,5 @@ OUTPUT_FILES = {
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "397c269069ffe48174e60f9f4d4a10d020a30b9609422873408e974ee8f7504c",
+    "tool_sha256": "5187d1a45dc015c2bfe103a3187563e97d09e3adb5ce3b7eaa19d5192be080e0",
 }
