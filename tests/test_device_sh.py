@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -345,3 +346,30 @@ def test_bench_plan_runs_each_entry_with_its_own_shapes_and_options(tmp_path: Pa
     assert second == "args: -m ladder bench kda 004 --shapes v128 --knob KDA_WY_WARPS=4", second
     assert "bench-1-cconv-007" in res.stdout and "bench-2-kda-004" in res.stdout
     assert (out / "records.tar").is_file()
+
+
+def test_bench_records_are_packed_after_each_entry(tmp_path: Path) -> None:
+    """A run stopped from outside during a later bench entry (a call's own time limit) still
+    leaves the records of the entries before it in $OUT/records.tar."""
+    root = tmp_path / "tree"
+    (root / "tools").mkdir(parents=True)
+    shutil.copy(SCRIPT, root / "tools" / "device.sh")
+    (root / "ladder" / "kernels").mkdir(parents=True)
+    rec = "ladder/kernels/toy/ideas/001-a/records/r1.json"
+    body = (
+        f'if [[ " $* " == *" 001 "* ]]; then mkdir -p {Path(rec).parent} && echo {{}} > {rec}; '
+        "else sleep 60; fi"
+    )
+    env = fake_run_env(tmp_path, body, STAGES="bench", BENCH_PLAN="toy 001 s; toy 002 s")
+    proc = subprocess.Popen(["bash", str(root / "tools" / "device.sh")], env=env,
+                            start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    out = tmp_path / "out"
+    deadline = time.monotonic() + 30
+    while not (out / "bench-2-toy-002.log").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1)
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=20)
+    with tarfile.open(out / "records.tar") as tar:
+        assert tar.getnames() == [rec]

@@ -30,6 +30,8 @@
 # STAGE_TIMEOUT=S stops any one stage (each bench entry too) after S seconds (rc=124, "stopped
 # at STAGE_TIMEOUT"), so the stages after it and the packing of records and logs still run
 # inside a call's time limit (only the stage's own process: children it leaves are not).
+# The bench stage packs the records written so far ($OUT/records.tar, new-records.txt) after
+# every entry, so a run stopped from outside during an entry keeps the earlier ones' records.
 # `fsdp2` trains a 2-layer KDA stack under FSDP2 on 2 GPUs, fla vs patched ($OUT/fsdp2.json,
 # fsdp2.log).
 # Two entry points for checking the summary logic without a GPU:
@@ -227,6 +229,10 @@ one_stage() {
       before=$(mktemp)
       find ladder/kernels -path '*/records/*.json' | sort >"$before"
       export LADDER_RESCUE_DIR=${LADDER_RESCUE_DIR:-$OUT_ABS/rescue}  # records that failed to write
+      pack_records() {  # after every entry: a call stopped in a later one keeps these
+        find ladder/kernels -path '*/records/*.json' | sort | comm -13 "$before" - >"$OUT/new-records.txt"
+        tar -cf "$OUT/records.tar" -T "$OUT/new-records.txt"
+      }
       if ((${#PLAN[@]})); then
         n=0
         for entry in "${PLAN[@]}"; do
@@ -234,14 +240,15 @@ one_stage() {
           n=$((n + 1))
           run_stage "bench-$n-${words[0]}-${words[1]}" "$PY" -m ladder bench "${words[0]}" \
             "${words[1]}" --shapes "${words[2]}" "${words[@]:3}"
+          pack_records
         done
       else
         for idea in $BENCH_IDEAS; do
           run_stage "bench-$idea" "$PY" -m ladder bench "$BENCH_FAMILY" "$idea" --shapes "$BENCH_SHAPES"
+          pack_records
         done
       fi
-      find ladder/kernels -path '*/records/*.json' | sort | comm -13 "$before" - >"$OUT/new-records.txt"
-      tar -cf "$OUT/records.tar" -T "$OUT/new-records.txt"
+      pack_records
       ;;
     drift)
       run_stage drift "$PY" tools/drift.py
