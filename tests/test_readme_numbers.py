@@ -193,3 +193,21 @@ def test_readme_quotes_the_promoted_kda_profile() -> None:
         f"{recompute[2]:.2f} ms) are {sum(recompute):.2f} ms more",
     ):
         assert quoted in readme, quoted
+
+
+def test_readme_quotes_the_kda_012_sweep_output() -> None:
+    """012's sweep ratios README quotes are the printed bench table's (its record was lost)."""
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    text = (ROOT / "docs" / "results" / "kda-012-sweep-h200-20261203.txt").read_text()
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split("│")[1:-1]]
+        if len(cells) == 15:
+            assert cells[11] == "yes", line  # correct against the fp64 oracle
+            rows[cells[0]] = cells
+    assert set(rows) == {"deep-gate", "neg-eigval", "t2048"}
+    assert (
+        f"forward+backward {rows['t2048'][9]}x at t2048, {rows['neg-eigval'][9]}x at neg-eigval "
+        f"(beta near 2) and {rows['deep-gate'][9]}x at deep-gate, where the forward is slower "
+        f"than fla's ({rows['deep-gate'][3]}x)"
+    ) in readme
