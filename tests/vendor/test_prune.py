@@ -123,19 +123,24 @@ def test_an_imported_module_all_is_cut_to_the_names_left(value, expected, form):
         ("def f(code):\n    return eval(code)\n", True),
         ("def f():\n    return __import__('os')\n", True),
         ("def globals():\n    return {}\n\n\ndef f():\n    return globals()\n", False),
-        ("def f(eval):\n    return eval(1)\n", False),  # a parameter, not the builtin
+        ("def f(eval):\n    return eval(1)\n", True),  # a parameter may be passed the builtin
         ("def f(x):\n    return len(x)\n", False),
         # a global that may hold the builtin
         ("from builtins import globals\n\n\ndef f():\n    return globals()\n", True),
         ("try:\n    from safe import eval\nexcept ImportError:\n    pass\nY = eval('1')\n", True),
         ("if X:\n\n    def exec(c):\n        pass\n\n\nexec('1')\n", True),
         ("def s():\n    global exec\n    exec = None\n\n\ndef f(c):\n    exec(c)\n", True),
-        ("class C:\n    vars = 1\n    y = vars\n", False),  # a class attribute
+        ("def f(c):\n    from builtins import exec\n\n    exec(c)\n", True),  # a local import
+        (
+            "import builtins\n\n\ndef f(c):\n    run = builtins.exec\n    exec = run\n    exec(c)\n",
+            True,
+        ),
     ],
 )
 def test_a_module_reading_its_namespace_by_name_is_dynamic(source, dynamic):
-    """globals(), vars(), eval, exec and __import__ as the builtins, and only as them, make a
-    module's uses unseen (the prune then keeps its freeze-only rule)."""
+    """globals(), vars(), eval, exec and __import__, as the builtins or as any name that may
+    hold them (all but an unconditional top-level def), make a module's uses unseen (the
+    prune then keeps its freeze-only rule)."""
     from vendorlib.usage import analyse_module
 
     assert analyse_module(cst.parse_module(source)).dynamic is dynamic

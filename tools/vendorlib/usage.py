@@ -7,13 +7,7 @@ import functools
 from dataclasses import dataclass, field
 
 import libcst as cst
-from libcst.metadata import (
-    BuiltinAssignment,
-    GlobalScope,
-    MetadataWrapper,
-    ParentNodeProvider,
-    ScopeProvider,
-)
+from libcst.metadata import GlobalScope, MetadataWrapper, ParentNodeProvider, ScopeProvider
 
 from .imports import dotted_name, import_bound, target_names
 
@@ -211,13 +205,9 @@ def _analyse_code(code: str) -> ModuleInfo:
     top_defs = {id(stmt) for stmt in module.body if isinstance(stmt, cst.FunctionDef)}
 
     def may_be_builtin(ref) -> bool:
-        """Whether a referent of globals/vars/eval/exec/__import__ may be the builtin: the
-        builtin itself, or any global binding but an unconditional top-level def (an import
-        from builtins, a conditional def, an assignment under `global`, ...)."""
-        if isinstance(ref, BuiltinAssignment):
-            return True
-        if getattr(ref, "scope", None) is not global_scope:
-            return False  # a parameter, a local or a class attribute
+        """Whether a referent of globals/vars/eval/exec/__import__ may hold the builtin: any
+        binding but an unconditional top-level def (a parameter may be passed it, a local or
+        global import or assignment may take it from builtins)."""
         return id(getattr(ref, "node", None)) not in top_defs
 
     if global_scope is None:
@@ -231,7 +221,7 @@ def _analyse_code(code: str) -> ModuleInfo:
             if name is not None and not access.referents:
                 info.unresolved.add(name)
             if name in _DYNAMIC and any(may_be_builtin(r) for r in access.referents):
-                info.dynamic = True  # the builtin, or a global that may hold it
+                info.dynamic = True  # the builtin, or a name that may hold it
             if name is None:
                 # a string annotation: count the names it resolves to
                 for ref in access.referents:
