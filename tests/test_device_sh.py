@@ -365,11 +365,13 @@ def test_bench_records_are_packed_after_each_entry(tmp_path: Path) -> None:
                             start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)  # fmt: skip
     out = tmp_path / "out"
-    deadline = time.monotonic() + 30
-    while not (out / "bench-2-toy-002.log").exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    time.sleep(1)
-    os.killpg(proc.pid, signal.SIGTERM)
-    proc.wait(timeout=20)
+    try:
+        deadline = time.monotonic() + 30
+        while not (out / "bench-2-toy-002.log").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=20)
     with tarfile.open(out / "records.tar") as tar:
         assert tar.getnames() == [rec]

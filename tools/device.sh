@@ -231,7 +231,7 @@ one_stage() {
       export LADDER_RESCUE_DIR=${LADDER_RESCUE_DIR:-$OUT_ABS/rescue}  # records that failed to write
       pack_records() {  # after every entry: a call stopped in a later one keeps these
         find ladder/kernels -path '*/records/*.json' | sort | comm -13 "$before" - >"$OUT/new-records.txt"
-        tar -cf "$OUT/records.tar" -T "$OUT/new-records.txt"
+        tar -cf "$OUT/records.tar.part" -T "$OUT/new-records.txt" && mv -f "$OUT/records.tar.part" "$OUT/records.tar"
       }
       if ((${#PLAN[@]})); then
         n=0
