@@ -67,5 +67,5 @@ OUTPUT_FILES = {
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "5187d1a45dc015c2bfe103a3187563e97d09e3adb5ce3b7eaa19d5192be080e0",
+    "tool_sha256": "edc2dab32ad896a804f2877b0c48828b937a52d9af7fa9670f491f6cccce5d5f",
 }
