@@ -113,6 +113,8 @@ VENDOR = {
         "010-launch-cache": {"kernel": "strip10", "launch": "launch10"},
         # imports 002's, 004's, 006's, 007's, 009's and 010's (and through them 005's, 008's)
         "011-fixed-launch": {"kernel": "strip11"},
+        # imports 002's, 004's, 010's and 011's (and through them 005's to 009's)
+        "012-launch-plans": {"kernel": "strip12"},
     },
 }
 
