@@ -70,10 +70,10 @@ def rec(monkeypatch):
 
     monkeypatch.setattr(launch, "driver", _Driver)
     monkeypatch.setattr(k11.k10, "LAUNCH_CACHE", True)
-    for table in (k12._FWD, k12._BWD, k12._CASE_FWD):
+    for table in (k12._FWD, k12._BWD, k12._CASE_FWD, k12._CASE_BWD):
         table.clear()
     yield log
-    for table in (k12._FWD, k12._BWD, k12._CASE_FWD):
+    for table in (k12._FWD, k12._BWD, k12._CASE_FWD, k12._CASE_BWD):
         table.clear()
 
 
@@ -212,6 +212,67 @@ def test_case_fwd_plan_launches_what_011_launches(rec, case):
     assert _same_args(args, want)
 
 
+@pytest.mark.parametrize("case", CASE_OPTS, ids=[c[0] for c in CASE_OPTS])
+def test_case_bwd_plan_launches_what_011_launches(rec, case):
+    """Without an initial state the case backward is planned; with one it is 011's."""
+
+    def inputs():
+        a = _case_inputs(*case)
+        a.pop("output_final_state")
+        if case[9]:  # with a final state: its gradient too
+            x = a["x"]
+            n = a["cu_seqlens"].numel() - 1 if a["cu_seqlens"] is not None else x.shape[0]
+            a["dht"] = torch.randn(n, x.shape[2], a["w"].shape[1], dtype=x.dtype)
+        return a, torch.randn_like(a["x"])
+
+    a0, dy0 = inputs()
+    k12.conv_bwd(a0.pop("x"), a0.pop("w"), dy0, **a0)
+    a, dy = inputs()
+    x, w = a.pop("x"), a.pop("w")
+    hits = k12.plans()["hits"]
+    dx, dw, db, dr, dh0 = k12.conv_bwd(x, w, dy, **a)
+    dense = case[5] != torch.float32 and not case[6] and a["cu_seqlens"] is None
+    dense = dense and a["initial_state"] is None and a.get("dht") is None and case[11]
+    if a["initial_state"] is not None:
+        assert k12.plans()["hits"] == hits and not k12._CASE_BWD
+        return
+    assert k12.plans()["hits"] == hits + 1
+    if dense:  # the planned dense backward (its own test checks the launch)
+        assert len(k12._BWD) == 1 and not k12._CASE_BWD and dr is dy
+        return
+    _, grid, _, args = [e for e in rec if e[0] == "plan"][-1]
+    assert args[0] is x and args[5] is dy and args[7] is dx
+    assert (dr is dy) == (a["residual"] is not None) and dh0 is None
+    assert dw.shape == w.shape and dw.dtype == w.dtype
+    assert (db is None) == (a["bias"] is None)
+    rec.clear()
+    for table in (k12._BWD, k12._CASE_BWD):
+        table.clear()
+    k11.k10.LAUNCH_CACHE = False
+    try:
+        out11 = k11.conv_bwd(x, w, dy, **a)
+    finally:
+        k11.k10.LAUNCH_CACHE = True
+    (t,) = [e for e in rec if e[0] == "triton"]
+    assert grid == t[1]
+    t_args = list(t[2])
+    assert t_args[7] is out11[0]
+    for i in (7, 8, 9):  # dx and the partials: this call's own buffers
+        assert t_args[i].shape == args[i].shape and t_args[i].dtype == args[i].dtype
+        t_args[i] = args[i]
+    for i in (1, 2, 3, 4, 6):  # w, bias, h0 and cu slots, dht: 011's contiguous copies
+        assert t_args[i] is args[i] or torch.equal(t_args[i], args[i])
+        t_args[i] = args[i]
+    want = _expect(("triton", t[1], tuple(t_args), t[3]), t_kernel(t), ())
+    assert _same_args(args, want)
+
+
+def t_kernel(entry):
+    """The kernel (case loop or fp32 loop) whose JIT function made a Triton-path entry."""
+    fp32 = entry[2][0].dtype == torch.float32
+    return (k11._CASE_BWD32_L if fp32 else k11._CASE_BWD_L).kernel
+
+
 def test_dense_case_fwd_and_bwd_go_to_the_planned_dense_entry_points(rec):
     x = torch.randn(2, 40, 24, dtype=torch.bfloat16)
     w = torch.randn(24, 4)
@@ -219,6 +280,7 @@ def test_dense_case_fwd_and_bwd_go_to_the_planned_dense_entry_points(rec):
         k12.conv_fwd(x, w)
         k12.conv_bwd(x, w, torch.randn_like(x))
     assert len(k12._FWD) == 1 and len(k12._BWD) == 1 and not k12._CASE_FWD
+    assert not k12._CASE_BWD
 
 
 def _x(B=2, T=40, D=24, dtype=torch.bfloat16):

@@ -14,9 +14,12 @@ since every check 011 makes reads only what the signature holds, and the plan wa
 call that passed them. Any other call runs 011's host code unchanged, launches through
 Triton and records the plan. Device arithmetic, grids and configurations are 011's.
 
-Planned: the dense forward and backward (`cconv_fwd`, `cconv_bwd`) and the case forward
-(`conv_fwd`'s one-launch path, final state included). The case backward (up to two launches
-and two reductions) runs 011's `conv_bwd`, whose launches 010's cache still serves.
+Planned: the dense forward and backward (`cconv_fwd`, `cconv_bwd`), the case forward
+(`conv_fwd`'s one-launch path, final state included) and the case backward without an
+initial state (one launch and the reductions of dw's and db's partials; 011 also allocated
+zeroed dw and db that the reductions then replaced, which a plan skips). The case backward
+with an initial state (a second launch for its gradient) runs 011's `conv_bwd`, whose
+launches 010's cache still serves.
 
 Never planned, always 011's path: a launch while Triton's launch hooks are set (a profiler),
 a kernel run by Triton's CPU interpreter (no compiled kernel), CCONV_LAUNCH_CACHE=0, the case
@@ -39,7 +42,7 @@ from ladder.kernels.cconv.ideas.i010 import launch
 from ladder.kernels.cconv.ideas.i011 import kernel as k11
 from triton import knobs
 
-CASES = k11.CASES
+CASES = ("dense", "bias-residual", "state", "varlen", "fp32")  # 011's, every case
 WMAX = k11.WMAX
 MAX_PLANS = 256  # per entry point
 
@@ -80,13 +83,15 @@ class Plan(NamedTuple):
 _FWD: dict[tuple, Plan] = {}
 _BWD: dict[tuple, Plan] = {}
 _CASE_FWD: dict[tuple, Plan] = {}
+_CASE_BWD: dict[tuple, Plan] = {}
 _STATS = {"hits": 0, "misses": 0}
 
 
 def plans() -> dict[str, int]:
-    """{"hits", "misses", "dense_fwd", "dense_bwd", "case_fwd"}: calls served by a plan,
-    calls that were not, and the plans held per entry point."""
-    return {**_STATS, "dense_fwd": len(_FWD), "dense_bwd": len(_BWD), "case_fwd": len(_CASE_FWD)}
+    """{"hits", "misses", "dense_fwd", "dense_bwd", "case_fwd", "case_bwd"}: calls served by
+    a plan, calls that were not, and the plans held per entry point."""
+    return {**_STATS, "dense_fwd": len(_FWD), "dense_bwd": len(_BWD), "case_fwd": len(_CASE_FWD),
+            "case_bwd": len(_CASE_BWD)}  # fmt: skip
 
 
 def launches() -> dict[str, tuple[int, int]]:
@@ -326,13 +331,86 @@ def conv_bwd(
     cu_seqlens: torch.Tensor | None = None,
 ):
     """(dx, dw, db, dresidual, dh0) of conv_fwd for the output gradients dy (and dht): the
-    dense case without dht through this module's planned cconv_bwd, every other call 011's
-    conv_bwd. Arguments, results and errors as 011's."""
+    dense case without dht through this module's planned cconv_bwd, a call with an initial
+    state through 011's conv_bwd, every other call 011's case backward planned per
+    signature. Arguments, results and errors as 011's.
+
+    dy like x (any strides); dht [N, D, W] or None. dx [B, T, D] contiguous in x's dtype;
+    dw [D, W] in w's dtype and db [D] in bias's dtype, reduced in a fixed order from fp32
+    per-program partials; dresidual is dy itself (None without residual); dh0 [N, D, W] in
+    the initial state's dtype (None without one). Raises ValueError on bad shapes (002's
+    checks).
+    """
     if dht is None and k4._dense_case(x, activation, bias, initial_state, cu_seqlens):
         box._check(x, w, bias, residual, initial_state, activation, cu_seqlens)
         dx, dw = cconv_bwd(x, w, dy)
         return dx, dw, None, (dy if residual is not None else None), None
-    return k11.conv_bwd(x, w, dy, bias, residual, initial_state, dht, activation, cu_seqlens)
+    if initial_state is not None:
+        return k11.conv_bwd(x, w, dy, bias, residual, initial_state, dht, activation, cu_seqlens)
+    key = _key(
+        _sig(x), _sig(w), _sig(dy), _sig(bias), _sig(residual), _sig(dht), activation,
+        _sig(cu_seqlens),
+    )  # fmt: skip
+    p = _CASE_BWD.get(key) if key is not None else None
+    if p is not None:
+        _STATS["hits"] += 1
+        w_c = w.contiguous()
+        dht_c = dht.contiguous() if dht is not None else None
+        dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        dwp = torch.empty(p.buffers[0], dtype=torch.float32, device=x.device)
+        dbp = (
+            torch.empty(p.buffers[1], dtype=torch.float32, device=x.device)
+            if bias is not None
+            else dwp
+        )
+        p.run(
+            *p.grid, p.stream(p.device), p.function, p.packed, None, None, None,
+            x, w_c, bias if bias is not None else w_c, w_c,
+            cu_seqlens if cu_seqlens is not None else w_c, dy,
+            dht_c if dht_c is not None else w_c, dx, dwp, dbp, *p.scalars, *p.tail,
+        )  # fmt: skip
+        db = dbp.sum(0).to(bias.dtype) if bias is not None else None
+        return dx, dwp.sum(0).to(w.dtype), db, (dy if residual is not None else None), None
+    _STATS["misses"] += 1
+    N, W = box._check(x, w, bias, residual, initial_state, activation, cu_seqlens)
+    if dy.shape != x.shape:
+        raise ValueError(f"dy shape {tuple(dy.shape)} does not match x {tuple(x.shape)}")
+    if dht is not None and tuple(dht.shape) != (N, x.shape[2], W):
+        raise ValueError(f"dht must be [N, D, W] = {(N, x.shape[2], W)}")
+    B, T, D = x.shape
+    if x.numel() == 0:
+        return k11.conv_bwd(x, w, dy, bias, residual, initial_state, dht, activation, cu_seqlens)
+    w_c = w.contiguous()
+    dht_c = dht.contiguous() if dht is not None else None
+    dx = torch.empty((B, T, D), dtype=x.dtype, device=x.device)
+    TS = k11._case_segment(B, T, D)
+    NS = k11._cdiv(T, TS)
+    work = box._work_bucket(B * T * D)
+    kw = k11._launch_kw(k11._bwd_config(B * T * D, work, False))
+    BD = kw["BD"]
+    dwp = torch.empty((B * NS, D, W), dtype=torch.float32, device=x.device)
+    dbp = (
+        torch.empty((B * NS, D), dtype=torch.float32, device=x.device) if bias is not None else dwp
+    )
+    args = (
+        x, w_c, bias if bias is not None else w_c, w_c,
+        cu_seqlens if cu_seqlens is not None else w_c, dy,
+        dht_c if dht_c is not None else w_c, dx, dwp, dbp,
+        T, D, N, TS, NS, work, *x.stride(), *dy.stride(), dx.stride(0), dx.stride(1),
+    )  # fmt: skip
+    kw.update(
+        W=W, ACT=box.ACTIVATIONS[activation], HAS_BIAS=bias is not None, HAS_H0=False,
+        HAS_DHT=dht_c is not None, VARLEN=cu_seqlens is not None, EVEN_T=T % TS == 0,
+    )  # fmt: skip
+    if x.dtype == torch.float32:
+        cache = k11._CASE_BWD32_L
+    else:
+        cache = k11._CASE_BWD_L
+        kw["FAST"] = k4.FAST_SIGMOID and x.dtype == torch.bfloat16
+    grid = lambda m: (k11._cdiv(D, BD), NS, B)  # noqa: E731
+    _record(_CASE_BWD, key, cache, grid, args, kw, 10, ((B * NS, D, W), (B * NS, D)))
+    db = dbp.sum(0).to(bias.dtype) if bias is not None else None
+    return dx, dwp.sum(0).to(w.dtype), db, (dy if residual is not None else None), None
 
 
 def cconv_fwd_case(x: torch.Tensor, w: torch.Tensor, opts: dict):
