@@ -3,11 +3,11 @@
 """Where kernel_fun.cconv._kernels came from. Literals only: tools/drift.py reads them
 with ast.literal_eval and never imports this module."""
 
-SOURCE_COMMIT = "44089fdb10655a3f596a6938443c404474d7ee4f"
+SOURCE_COMMIT = "7fd73508f11ab7494fa163296ed7c3a351700868"
 RECORD = {
-    "idea": "011-fixed-launch",
-    "record_id": "20261202T142031Z-ef115dba",
-    "sha256": "df4cc70a9f6bdccb8bebf44e480e4839eb0255b9f96529cdacea47c448de4462",
+    "idea": "012-launch-plans",
+    "record_id": "20261204T061004Z-48f6a228",
+    "sha256": "21eed586892810cc9fc4b93136aceafcf6a0f16e12a0ec84d644bc6646614fd2",
 }
 KNOBS = {
     "CCONV_AUTOTUNE": True,
@@ -35,19 +35,21 @@ SOURCE_FILES = {
     "ladder/kernels/cconv/ideas/010-launch-cache/kernel.py": "24d11f1ee3194107be20abe087193cdef07d36eb5a84af221fa6cfa5856b0dc8",
     "ladder/kernels/cconv/ideas/010-launch-cache/launch.py": "a84dc48b07fe7cc54f0f5e2cc6b73491acd9011a9ab5910015209956bc73044d",
     "ladder/kernels/cconv/ideas/011-fixed-launch/kernel.py": "203e771d61c45276c9449748d68db49e1fca64ce40cf8343d1a99d2c94ec2548",
+    "ladder/kernels/cconv/ideas/012-launch-plans/kernel.py": "bb7ceb6778bc473b6cb4572f9755ea280ebf37ccac18e650670e5300d985e72f",
 }
 OUTPUT_FILES = {
-    "package/src/kernel_fun/cconv/_kernels/__init__.py": "82f0ffc1fa6fb9fcea38ffae091a89bcb7021a5565694feca724223af66f0d12",
-    "package/src/kernel_fun/cconv/_kernels/launch10.py": "cbb327d391e2a38009b42a9189df000f473345f08571a32fb083a917556d69b5",
-    "package/src/kernel_fun/cconv/_kernels/strip10.py": "9e5b5ea6b43ab84af72c0067fe5ba66a380aa65e828b4832a810dfa533d07f68",
-    "package/src/kernel_fun/cconv/_kernels/strip11.py": "15a8a7b2364e667985e3b7bcc949e2624d2d41cd1e62c056a50e5320ecafd7b9",
-    "package/src/kernel_fun/cconv/_kernels/strip2.py": "b2a967ef28bad270442e8a2fed93d7580537222bbab4b32a5a08a49ad518dd48",
-    "package/src/kernel_fun/cconv/_kernels/strip4.py": "25b5cb3dc9e92e2134459ecdaeedcaed51b189cfd1a5d00a225e7f7662640daa",
-    "package/src/kernel_fun/cconv/_kernels/strip5.py": "502f1eb98ca3f2bfea6628c54626dcd9cb5279209b172b426848c793f58d8640",
-    "package/src/kernel_fun/cconv/_kernels/strip6.py": "27e8cf9c84cf764eb65dfd600e9cfcb80dd35795d29cd40668e64d728dcbec96",
-    "package/src/kernel_fun/cconv/_kernels/strip7.py": "8b5fc52c5cd04165a2e496b593bdd33ce67a20da2c8a9018c73c15a4b5c122c5",
-    "package/src/kernel_fun/cconv/_kernels/strip8.py": "8424186e97f011eb4aeddf6838d481c8adcd6804dfc6b6015892934515b714b0",
-    "package/src/kernel_fun/cconv/_kernels/strip9.py": "f48e23a5a78ea2c79d3143bf519c6982ba93874ad0c1d24951c0908f466dac91",
+    "package/src/kernel_fun/cconv/_kernels/__init__.py": "e33571d935fd994f30a5080b11f587efde70b5367322169a8ab6d87849156aba",
+    "package/src/kernel_fun/cconv/_kernels/launch10.py": "4c189b36473c3114be037c921616a6449fad1b47eb7f4d8674ac9f2d174f4414",
+    "package/src/kernel_fun/cconv/_kernels/strip10.py": "22d204fa25757e9797aa6879306d02b997ade334302f3369209a0d5c39f8ab0d",
+    "package/src/kernel_fun/cconv/_kernels/strip11.py": "01b94fba0648b495f44647d922192cf138ef738d091d0e1c80e9538fe47a6597",
+    "package/src/kernel_fun/cconv/_kernels/strip12.py": "5cb76a6f829ab2e8e40d3f848de9bd0502239b1bd7d0b41ef009a1b9fa9a4988",
+    "package/src/kernel_fun/cconv/_kernels/strip2.py": "0cca37771bc28719a035735a085777220d78634bba2244524ca0733715067b3e",
+    "package/src/kernel_fun/cconv/_kernels/strip4.py": "410a8b1e7c5b9085fb7c3fdd2b9b0de1c428b1b3ef0b1fdbadafcfbf52c03b41",
+    "package/src/kernel_fun/cconv/_kernels/strip5.py": "61b89079038d93100dd392b61d81f7b6959983d4c9204b6f6eb3a62c6d739d90",
+    "package/src/kernel_fun/cconv/_kernels/strip6.py": "28f3548c3d3f53c35574cff534daf3369f168fecefb03afd7c7c2bd3ab61afa6",
+    "package/src/kernel_fun/cconv/_kernels/strip7.py": "4d42180575a2c0566524954123fdeddc773ca519fc343c4312710746a123a71b",
+    "package/src/kernel_fun/cconv/_kernels/strip8.py": "cde76832aa823be28ca833f7a5eaa8e79a462d414109150dc4a8992a94aa22ca",
+    "package/src/kernel_fun/cconv/_kernels/strip9.py": "72c186217446ccf3d62cfb6f035adc354928cca501ff1582288592a4b646bc98",
 }
 VENDOR = {
     "libcst": "1.9.0",
