@@ -106,6 +106,7 @@ def test_readme_research_numbers_are_the_committed_records() -> None:
     case_rows = [
         (cc_ideas + "002-strip-box/records/20261130T175109Z-39e2a4a1.json", ""),
         (cc_ideas + "007-case-loop-bwd/records/20261201T112950Z-16d2b484.json", "007, "),
+        (cc_ideas + "012-launch-plans/records/20261204T061004Z-48f6a228.json", "012 (vendored), "),
     ]
     for (cc, idea), (name, label) in itertools.product(case_rows, (
         ("prod-bias-residual", "prod with bias and residual |"),
@@ -121,7 +122,11 @@ def test_readme_research_numbers_are_the_committed_records() -> None:
         )  # fmt: skip
         assert label + cells in readme, label + cells
     small = "005-small-call-grid/records/20261201T113044Z-5a185b36.json"
+    plans = "012-launch-plans/records/20261204T061004Z-48f6a228.json"
     for path, name, label in (
+        (plans, "prod", "| B16 T8192 D2048 W4 (prod), 012 |"),
+        (plans, "b4-t2048", "| B4 T2048 D2048, 012 |"),
+        (plans, "b1-t4096-d768", "| B1 T4096 D768, 012 |"),
         (small, "prod", "| B16 T8192 D2048 W4 (prod), 005 |"),
         (small, "b4-t2048", "| B4 T2048 D2048, 005 |"),
         (small, "b1-t4096-d768", "| B1 T4096 D768, 005 |"),
@@ -211,3 +216,19 @@ def test_readme_quotes_the_kda_012_sweep_output() -> None:
         f"(beta near 2) and {rows['deep-gate'][9]}x at deep-gate, where the forward is slower "
         f"than fla's ({rows['deep-gate'][3]}x)"
     ) in readme
+
+
+def test_readme_quotes_the_cconv_012_host_report() -> None:
+    """The 012 build's host-time and decode numbers README quotes are its report's."""
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    rep = json.loads((ROOT / "docs" / "results" / "cconv-host-h200-20261204.json").read_text())
+    assert rep["versions"]["cconv.record"] == "012-launch-plans/20261204T061004Z-48f6a228"
+    prod, small = rep["us"]["prod"], rep["us"]["b1-t4096-d768"]
+    assert (
+        f"{prod['kernel_fun']:.1f} us at prod without autograd "
+        f"({prod['kernel_fun'] / prod['torch_op']:.2f}x the op's {prod['torch_op']:.1f} us) and "
+        f"{prod['kernel_fun_grad']:.1f} us with it"
+    ) in readme
+    assert f"{small['kernel_fun']:.1f} and {small['kernel_fun_grad']:.1f} us" in readme
+    dec = [rep["decode_us"][k]["kernel_fun"] for k in ("n1", "n16", "n64")]
+    assert f"{min(dec):.1f}-{max(dec):.1f} us against fla's" in readme
