@@ -72,6 +72,7 @@ def test_readme_research_numbers_are_the_committed_records() -> None:
     kda12 = "ladder/kernels/kda/ideas/012-fwd-diag-anchored/records/"
     rows = [
         (kda12 + "20261203T114202Z-e5db58d3.json", "prod", "| 012 at prod B16 T8192 H16 K128 V256 (promoted) |", 3, 2),
+        (kda12 + "20261204T062921Z-e5db58d3.json", "t2048", "| 012 at t2048 B16 T2048 |", 3, 3),
         (kda9 + "20261202T223615Z-da4b2fd8.json", "prod", "| 009 at prod B16 T8192 H16 K128 V256, forward state stage at BV 128", 3, 2),
         (kda9 + "20261202T020457Z-da4b2fd8.json", "prod", "| 009 at prod B16 T8192 H16 K128 V256, at 008's launch", 3, 2),
         (kda8 + "20261201T223626Z-16c84f64.json", "prod", "| 008 at prod B16 T8192 H16 K128 V256 |", 3, 2),
