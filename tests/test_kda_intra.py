@@ -103,7 +103,7 @@ SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("idea", ["i001", "i002", "i003"])
+@pytest.mark.parametrize("idea", ["i001", "i002", "i003", "i013"])
 def test_intra_stage_matches_its_definition_in_the_interpreter(idea: str) -> None:
     script = SCRIPT.replace("ladder.kernels.kda.ideas.IDEA", f"ladder.kernels.kda.ideas.{idea}")
     errs = run_interpreted(script)
@@ -112,3 +112,46 @@ def test_intra_stage_matches_its_definition_in_the_interpreter(idea: str) -> Non
             # the interpreter evaluates every product in fp32 (no tf32 rounding), so the stage
             # meets its float64 definition to fp32 accuracy
             assert err < 1e-5, (case, name, err)
+
+
+SAME_AS_003 = textwrap.dedent(
+    r"""
+    import torch, json
+    import ladder  # installs the idea import finder
+    from ladder.kernels.kda.ideas.i003 import intra as i3
+    from ladder.kernels.kda.ideas.i013 import intra as i13
+    from fla.ops.utils import prepare_chunk_indices
+
+    out = {}
+    # name, B, T, H, HV, cu_seqlens, gate depth (log2 units per token), K
+    cases = [
+        ("dense", 2, 128, 1, 1, None, 0.5, 32),
+        ("deep-varlen-gva", 1, 150, 1, 2, [0, 1, 17, 67, 130, 150], 12.0, 48),
+        ("deeper-ragged", 1, 75, 1, 1, None, 40.0, 32),
+    ]
+    for name, B, T, H, HV, cu, depth, K in cases:
+        torch.manual_seed(1)
+        q = torch.randn(B, T, H, K).to(torch.bfloat16)
+        k = torch.randn(B, T, H, K).to(torch.bfloat16)
+        g = (-depth * torch.rand(B, T, HV, K)).cumsum(1)  # any non-increasing gate will do
+        beta = torch.rand(B, T, HV).to(torch.bfloat16)
+        dAqk, dAkk = torch.randn(B, T, HV, 64) * 0.1, torch.randn(B, T, HV, 64) * 0.1
+        dq, dk, dg = (torch.randn(B, T, HV, K) for _ in range(3))
+        db = torch.randn(B, T, HV)
+        cut = torch.tensor(cu) if cu is not None else None
+        ci = prepare_chunk_indices(cut, 64) if cu is not None else None
+        args = (q, k, g, beta, dAqk, dAkk, dq, dk, db, dg)
+        a = i3.kda_bwd_intra(*args, cu_seqlens=cut, chunk_indices=ci)
+        b = i13.kda_bwd_intra(*args, cu_seqlens=cut, chunk_indices=ci)
+        out[name] = [bool(torch.equal(x, y)) for x, y in zip(a, b)]
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.mark.slow
+def test_intra_013_is_003_bit_for_bit_in_the_interpreter() -> None:
+    # kda/013 sums each sub-chunk's terms in kda/003's order, so on the interpreter (fp32
+    # products, one order of operations) its four outputs equal kda/003's exactly
+    out = run_interpreted(SAME_AS_003)
+    assert out == {name: [True] * 4 for name in out} and len(out) == 3, out

@@ -131,6 +131,14 @@ def test_bench_parse_launch_maps_knobs() -> None:
     from ladder.kernels.kda.ideas.i011 import intra_fwd
 
     assert all(hasattr(intra_fwd, n) for n in kda_stage_bench.KNOBS["fwdintra"])
+    assert kda_stage_bench.parse_launch("32,4,2", "intra") == dict(BK=32, NUM_WARPS=4, NUM_STAGES=2)
+    from ladder.kernels.kda.ideas.i003 import intra as intra3
+    from ladder.kernels.kda.ideas.i013 import intra as intra13
+
+    for mod in (intra3, intra13):
+        assert all(hasattr(mod, n) for n in kda_stage_bench.KNOBS["intra"])
+    with pytest.raises(ValueError, match="BK 48 is not a power of two"):
+        kda_stage_bench.parse_launch("48,2,2", "intra")
     # without --launch each idea runs at its own knob values (008's fused forward: its
     # measured best, 64, 4, 2), not at a launch written down in the tool
     current = {n: getattr(fwd, n) for n in kda_stage_bench.KNOBS["fwdho"]}
@@ -157,7 +165,7 @@ def test_bench_parse_launch_maps_knobs() -> None:
         (["008", "--stage", "fwdho", "--launch", "64,4"], "three positive ints"),
         (["006", "--stage", "dhu", "--launch", "64,8"], "three positive ints"),
         (["006", "--stage", "dhu", "--launch", "48,8,3"], "BV 48 is not a power of two"),
-        (["006", "--stage", "bogus"], "wy, dhu, fwdho, gate or fwdintra"),
+        (["006", "--stage", "bogus"], "wy, dhu, fwdho, gate, fwdintra or intra"),
         (["011", "--stage", "fwdintra", "--launch", "16,2,2"], "four positive ints"),
         (["011", "--stage", "fwdintra", "--launch", "16,2,2,2"], "fuse_wu 2 is not 0 or 1"),
         (["011", "--stage", "fwdintra", "--launch", "16,3,2,0"], "warps 3 is not a power"),

@@ -10,6 +10,8 @@
         --out out/kda-gate-bench.json
     python tools/kda_stage_bench.py 011 --stage fwdintra --launch 16,2,2,0 --launch 16,2,4,1 \
         --out out/kda-fwdintra-bench.json
+    python tools/kda_stage_bench.py 003 013 --stage intra --launch 32,2,2 --launch 32,4,2 \
+        --out out/kda-intra-bench.json
 
 A whole-op bench re-runs fla's autotuned chain for every launch tried; this tool times one
 stage on random inputs of its shapes and dtypes at one problem size (default prod: B16
@@ -38,6 +40,10 @@ T8192 H16 K128 V256, dense):
   warps, solve warps, w/u fused (0/1; kda/012 reads only BK and warps). fla leaves Aqk above
   the diagonal unwritten (and so does kda/012), so Aqk is compared, and checked for
   determinism, on the lower triangle of each chunk.
+- `--stage intra`: the backward's intra-chunk stage on the same inputs as fwdintra's (the
+  named shape's gate), with random score gradients as the WY stage leaves them. fla's
+  ``chunk_kda_bwd_intra`` against each idea's ``intra.kda_bwd_intra`` (kda/003, kda/013) at
+  each launch: BK, warps, stages.
 
 fla's function is autotuned at that size in this process on its first call. The launch is
 set through the idea module's knob globals for the call (the same values its knobs give at
@@ -85,6 +91,7 @@ OUTPUTS = {
     "fwdho": ("o", "ht"),
     "gate": ("dg", "dA_log", "ddt_bias"),
     "fwdintra": ("w", "u", "kg", "Aqk", "Akk"),
+    "intra": ("dq", "dk", "db", "dg"),
 }
 MAX_REL = 1e-2  # bf16 operands in both kernels' products: 1e-3 is typical (004's NOTES)
 KNOBS = {
@@ -93,11 +100,13 @@ KNOBS = {
     "fwdho": ("BV", "NUM_WARPS", "NUM_STAGES"),
     "gate": ("BK", "NUM_WARPS"),
     "fwdintra": ("BK", "NUM_WARPS", "SOLVE_WARPS", "FUSE_WU"),
+    "intra": ("BK", "NUM_WARPS", "NUM_STAGES"),
 }
-MODULES = {"wy": "wy", "dhu": "dhu", "fwdho": "fwd", "gate": "gate", "fwdintra": "intra_fwd"}
+MODULES = {"wy": "wy", "dhu": "dhu", "fwdho": "fwd", "gate": "gate", "fwdintra": "intra_fwd",
+           "intra": "intra"}  # fmt: skip
 FORMS = {"wy": "BK,BV,warps,stages[,maxnreg]", "dhu": "BV,warps,stages",
          "fwdho": "BV,warps,stages", "gate": "BK,warps",
-         "fwdintra": "BK,warps,solve_warps,fuse_wu"}  # fmt: skip
+         "fwdintra": "BK,warps,solve_warps,fuse_wu", "intra": "BK,warps,stages"}  # fmt: skip
 
 
 def launch_values(launch: dict[str, int], current: dict[str, int]) -> dict[str, int]:
@@ -147,7 +156,7 @@ def parse_launch(spec: str, stage: str = "wy") -> dict[str, int]:
     {"BK", "BV", "NUM_WARPS", "NUM_STAGES"[, "MAXNREG"]}; dhu and fwdho "BV,warps,stages" ->
     {"BV", "NUM_WARPS", "NUM_STAGES"}; gate "BK,warps" -> {"BK", "NUM_WARPS"}; fwdintra
     "BK,warps,solve_warps,fuse_wu" -> {"BK", "NUM_WARPS", "SOLVE_WARPS", "FUSE_WU"} (fuse_wu 0
-    or 1, the others positive). ValueError naming what is wrong."""
+    or 1, the others positive); intra "BK,warps,stages" -> {"BK", "NUM_WARPS", "NUM_STAGES"}. ValueError naming what is wrong."""
     form = FORMS[stage]
     counts = {"wy": (4, 5), "gate": (2,), "fwdintra": (4,)}.get(stage, (3,))
     try:
@@ -164,6 +173,7 @@ def parse_launch(spec: str, stage: str = "wy") -> dict[str, int]:
         "wy": ("BK", "BV", "warps"),
         "gate": ("BK", "warps"),
         "fwdintra": ("BK", "warps", "solve_warps"),
+        "intra": ("BK", "warps"),
     }.get(stage, ("BV", "warps"))
     for name, n in zip(names, parts):
         if n & (n - 1):
@@ -236,6 +246,8 @@ def _stage_calls(stage: str, x: dict, B: int, H: int, HV: int, K: int, V: int):
         return _gate_calls(B, x["q"].shape[1], HV, K)
     if stage == "fwdintra":
         return _fwdintra_calls(x)
+    if stage == "intra":
+        return _intra_calls(x)
     if stage == "wy":
         from fla.ops.kda.chunk_bwd import chunk_kda_bwd_wy_dqkg_fused
 
@@ -354,19 +366,56 @@ def exact_row_share(g, limit: float) -> float:
     return float((drop.int().cumsum(2) > 0).float().mean())
 
 
+def _chunk_positions(x: dict):
+    """Each token's row within its 64-token chunk (of its sequence, for a packed batch)."""
+    import torch
+
+    T, cu = x["q"].shape[1], x["cu_seqlens"]
+    if cu is None:
+        return torch.arange(T, device="cuda") % 64
+    starts = torch.repeat_interleave(cu[:-1], cu[1:] - cu[:-1])
+    return (torch.arange(T, device="cuda") - starts) % 64
+
+
+def _intra_calls(x: dict):
+    """(fla's call, ours(mod)) for the backward's intra-chunk stage on the shape's q, k, beta
+    and gate cumsum (so the share of diagonal tiles past the anchored products' range is the
+    layer's), with random score gradients as the WY stage leaves them (dAqk lower-triangular
+    per chunk, dAkk strictly lower, fp32, about 0.1) and random fp32 dq, dk, dg and db in."""
+    import torch
+    from fla.ops.kda.chunk_intra import chunk_kda_bwd_intra
+
+    B, T, H, K = x["q"].shape
+    HV = x["g"].shape[2]
+    gen = torch.Generator(device="cuda").manual_seed(4)
+    t = _chunk_positions(x)
+    cols = torch.arange(64, device="cuda")[None, :]
+    dAqk = torch.randn(B, T, HV, 64, device="cuda", generator=gen) * 0.1
+    dAkk = torch.randn(B, T, HV, 64, device="cuda", generator=gen) * 0.1
+    dAqk *= (cols <= t[:, None])[None, :, None, :]
+    dAkk *= (cols < t[:, None])[None, :, None, :]
+    dq, dk, dg = (torch.randn(B, T, HV, K, device="cuda", generator=gen) for _ in range(3))
+    db = torch.randn(B, T, HV, device="cuda", generator=gen)
+    args = (x["q"], x["k"], x["g"], x["beta"], dAqk, dAkk, dq, dk, db, dg)
+    cu, ci = x["cu_seqlens"], x["chunk_indices"]
+
+    def fla_call():
+        return chunk_kda_bwd_intra(*args, cu_seqlens=cu, chunk_indices=ci, chunk_size=64)
+
+    def ours(mod):
+        return mod.kda_bwd_intra(*args, cu_seqlens=cu, chunk_indices=ci)
+
+    return fla_call, ours
+
+
 def _fwdintra_calls(x: dict):
     """(fla's call, ours(mod)) for the forward's intra-chunk stage; both Aqk are masked to
     the lower triangle of each chunk (fla leaves the rest unwritten, and so may an idea)."""
     import torch
     from fla.ops.kda.chunk_intra import chunk_kda_fwd_intra
 
-    T = x["q"].shape[1]
     cu, ci = x["cu_seqlens"], x["chunk_indices"]
-    if cu is None:
-        t = torch.arange(T, device="cuda") % 64
-    else:  # positions within each sequence's chunks
-        starts = torch.repeat_interleave(cu[:-1], cu[1:] - cu[:-1])
-        t = (torch.arange(T, device="cuda") - starts) % 64
+    t = _chunk_positions(x)
     lower = (torch.arange(64, device="cuda")[None, :] <= t[:, None])[None, :, None, :]
     args = (x["q"], x["k"], x["v"], x["g"], x["beta"], x["scale"])
 
@@ -408,17 +457,17 @@ def main(
     stage: str = typer.Option(
         "wy",
         help="wy (the fused WY stage), dhu (the state gradient), fwdho (the forward's "
-        "state pass and output), gate (the backward's gate tail) or fwdintra (the forward's "
-        "intra-chunk stage)",
+        "state pass and output), gate (the backward's gate tail), fwdintra (the forward's "
+        "intra-chunk stage) or intra (the backward's intra-chunk stage)",
     ),
     launch: list[str] = typer.Option(
         None,
         help="wy: BK,BV,warps,stages[,maxnreg]; dhu, fwdho: BV,warps,stages; gate: BK,warps; "
-        "fwdintra: BK,warps,solve_warps,fuse_wu (repeatable)",
+        "fwdintra: BK,warps,solve_warps,fuse_wu; intra: BK,warps,stages (repeatable)",
     ),
     shape: str = typer.Option(
         "prod",
-        help="fwdintra: the kda family shape whose inputs (and sizes: --B .. --V are not "
+        help="fwdintra, intra: the kda family shape whose inputs (and sizes: --B .. --V are not "
         "used) it runs on",
     ),
     rounds: int = typer.Option(
@@ -437,7 +486,7 @@ def main(
 ) -> None:
     """Time each idea's stage at each launch against fla's, stage alone."""
     if stage not in KNOBS:
-        _usage(f"--stage {stage!r}: wy, dhu, fwdho, gate or fwdintra")
+        _usage(f"--stage {stage!r}: wy, dhu, fwdho, gate, fwdintra or intra")
     try:  # no --launch: one launch, each idea at its own knob values
         launches = [parse_launch(spec, stage) for spec in launch] if launch else [{}]
     except ValueError as exc:
@@ -476,14 +525,14 @@ def main(
     import triton
 
     extra = {}
-    if stage == "fwdintra":
+    if stage in ("fwdintra", "intra"):
         try:
             x = fwdintra_inputs(shape)
         except ValueError as exc:
             _usage(str(exc))
         sh = x["shape"]
         B, T, H, HV, K, V = sh.B, sh.T, sh.H, sh.HV, sh.K, sh.V
-        if x["cu_seqlens"] is None and T % 16 == 0:
+        if stage == "fwdintra" and x["cu_seqlens"] is None and T % 16 == 0:
             for idea, mod in mods.items():
                 extra[f"exact_row_share_{idea}"] = exact_row_share(x["g"], mod.LIMIT)
         extra["shape_name"] = shape
