@@ -69,6 +69,27 @@ def test_without_a_launch_each_idea_compiles_at_its_own_knobs() -> None:
     assert kda_wy_sass.idea_launch("008", "fwdho") == [64, 4, 2]
     assert kda_wy_sass.idea_launch("005", "wy") == [64, 64, 4, 2]  # no register cap
     assert kda_wy_sass.idea_launch("004", "wy") == [64, 64, 8, 2]  # its source default
+    assert kda_wy_sass.idea_launch("013", "intra") == [32, 2, 2]
+    with pytest.raises(AttributeError, match="--stage intra knows 003, 013"):
+        kda_wy_sass.compile_intra("005", 32, 2, 2)
+
+
+@pytest.mark.slow
+def test_013s_unrolled_intra_kernel_holds_fewer_programs_per_sm_than_003s() -> None:
+    """The static compile behind kda/013's NOTES.md: at BK 32 and 2 warps kda/003's kernel
+    needs 168 registers (6 programs per SM), kda/013's unrolled one more, so fewer fit."""
+    import kda_wy_sass
+    from cconv_sass import sass_stats
+
+    try:
+        k3, k13 = (kda_wy_sass.compile_intra(i, 32, 2, 2) for i in ("003", "013"))
+    except FileNotFoundError as exc:
+        pytest.skip(f"this Triton has no sm90 tools: {exc}")
+    s3, s13 = sass_stats(k3.asm["cubin"]), sass_stats(k13.asm["cubin"])
+    assert s3["stack"] == s13["stack"] == 0, (s3, s13)
+    n3 = kda_wy_sass.resident(s3["regs"], k3.metadata.shared, 2)
+    n13 = kda_wy_sass.resident(s13["regs"], k13.metadata.shared, 2)
+    assert s13["regs"] > s3["regs"] and n13 < n3, (s3, s13, n3, n13)
 
 
 def test_resident_programs_per_sm() -> None:

@@ -156,7 +156,8 @@ def parse_launch(spec: str, stage: str = "wy") -> dict[str, int]:
     {"BK", "BV", "NUM_WARPS", "NUM_STAGES"[, "MAXNREG"]}; dhu and fwdho "BV,warps,stages" ->
     {"BV", "NUM_WARPS", "NUM_STAGES"}; gate "BK,warps" -> {"BK", "NUM_WARPS"}; fwdintra
     "BK,warps,solve_warps,fuse_wu" -> {"BK", "NUM_WARPS", "SOLVE_WARPS", "FUSE_WU"} (fuse_wu 0
-    or 1, the others positive); intra "BK,warps,stages" -> {"BK", "NUM_WARPS", "NUM_STAGES"}. ValueError naming what is wrong."""
+    or 1, the others positive); intra "BK,warps,stages" -> {"BK", "NUM_WARPS",
+    "NUM_STAGES"}. ValueError naming what is wrong."""
     form = FORMS[stage]
     counts = {"wy": (4, 5), "gate": (2,), "fwdintra": (4,)}.get(stage, (3,))
     try:

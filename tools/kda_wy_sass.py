@@ -14,6 +14,8 @@ memory per program, the static SASS instruction count (not a dynamic count) and 
 programs of that size fit on one H200 SM (65,536 registers, 227 KB of shared memory, at
 most 64 warps).
 
+`--stage intra` compiles the backward intra-chunk kernel of kda/003 (one program per
+sub-chunk) or kda/013 (one per chunk) at each BK, warps, stages, dense batch.
 `--stage fwdho` compiles an idea's ``fwd.chunk_kda_fwd_kernel_h_o`` (kda/008) at each
 BV, warps, stages, at the same sizes, with no initial or final state.
 Without `--launch` each idea compiles at its own knob values (defaults, or the KDA_*
@@ -46,6 +48,10 @@ POINTERS = dict(q="*bf16", k="*bf16", v="*bf16", v_new="*bf16", g="*fp32", beta=
 SCALARS = dict(scale="fp32", T="i32", NTG="i32")
 FWDHO_POINTERS = dict(q="*bf16", kg="*bf16", w="*bf16", u="*bf16", gk="*fp32", A="*bf16",
                       o="*bf16", h0="*fp32", ht="*fp32", cu_seqlens="*i64")  # fmt: skip
+INTRA_POINTERS = dict(q="*bf16", k="*bf16", g="*fp32", beta="*bf16", dAqk="*fp32", dAkk="*fp32",
+                      dq="*fp32", dk="*fp32", dg="*fp32", dq2="*fp32", dk2="*fp32", dg2="*fp32",
+                      db2="*fp32", cu_seqlens="*i64", chunk_indices="*i64")  # fmt: skip
+INTRA_KERNELS = {"003": "kda_bwd_intra_kernel", "013": "kda_bwd_intra_chunk_kernel"}
 SM_REGS, SM_SMEM, SM_WARPS = 65536, 227 * 1024, 64
 
 
@@ -59,14 +65,14 @@ def _idea_kernel(idea: str, module: str, name: str):
     return _jit(getattr(mod, name))
 
 
-def _compile_sm90(fn, pointers: dict, consts: dict, options: dict):
+def _compile_sm90(fn, pointers: dict, consts: dict, options: dict, scalars: dict | None = None):
     """Triton's compiled ``fn`` for sm90: ``consts`` as constexprs, the other arguments typed
     from ``pointers`` (16-byte aligned, as the JIT specializes them) and SCALARS."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    types = {**pointers, **SCALARS}
+    types = {**pointers, **(SCALARS if scalars is None else scalars)}
     sig = {n: "constexpr" if n in consts else types[n] for n in fn.arg_names}
     attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in pointers}
     src = ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
@@ -98,6 +104,19 @@ def compile_fwdho(idea: str, bv: int, warps: int, stages: int):
     return _compile_sm90(fn, FWDHO_POINTERS, consts, {"num_warps": warps, "num_stages": stages})
 
 
+def compile_intra(idea: str, bk: int, warps: int, stages: int):
+    """Triton's compiled backward intra-chunk kernel of a kda idea (kda/003's per sub-chunk or
+    kda/013's per chunk) for sm90 at prod's sizes, dense batch, launched as its wrapper does."""
+    name = INTRA_KERNELS.get(idea.lstrip("i"))
+    if name is None:
+        raise AttributeError(f"kda idea {idea}: --stage intra knows {', '.join(INTRA_KERNELS)}")
+    fn = _idea_kernel(idea, "intra", name)
+    consts = dict(H=16, HV=16, K=128, BT=64, BC=16, BK=bk, NC=4, NK=128 // bk, IS_VARLEN=False,
+                  DIAG_RANGE=128.0)  # fmt: skip
+    return _compile_sm90(fn, INTRA_POINTERS, consts, {"num_warps": warps, "num_stages": stages},
+                         scalars=dict(T="i32", NTOK="i32"))  # fmt: skip
+
+
 def resident(regs: int, smem: int, warps: int) -> int:
     """Programs of this size that fit on one H200 SM at once (registers are allocated per
     warp in units of 256)."""
@@ -110,27 +129,33 @@ def idea_launch(idea: str, stage: str) -> list[int]:
     wy [BK, BV, warps, stages] plus maxnreg when the idea caps it; fwdho [BV, warps, stages]."""
     import ladder  # noqa: F401  (the idea import finder)
 
-    module = "wy" if stage == "wy" else "fwd"
+    module = {"wy": "wy", "intra": "intra"}.get(stage, "fwd")
     mod = importlib.import_module(f"ladder.kernels.kda.ideas.i{idea.lstrip('i')}.{module}")
     if stage == "wy":
         cap = getattr(mod, "MAXNREG", 0)
         return [mod.BK, mod.BV, mod.NUM_WARPS, mod.NUM_STAGES, *([cap] if cap else [])]
+    if stage == "intra":
+        return [mod.BK, mod.NUM_WARPS, mod.NUM_STAGES]
     return [mod.BV, mod.NUM_WARPS, mod.NUM_STAGES]
 
 
 def main(
     ideas: list[str] = typer.Argument(..., help="kda idea numbers, e.g. 004 005"),
     launch: list[str] = typer.Option(
-        None, help="wy: BK,BV,warps,stages[,maxnreg]; fwdho: BV,warps,stages (repeatable)"
+        None,
+        help="wy: BK,BV,warps,stages[,maxnreg]; fwdho: BV,warps,stages; intra: BK,warps,stages "
+        "(repeatable)",
     ),
-    stage: str = typer.Option("wy", help="wy (the fused WY backward) or fwdho (kda/008)"),
+    stage: str = typer.Option(
+        "wy", help="wy (the fused WY backward), fwdho (kda/008) or intra (kda/003, kda/013)"
+    ),
 ) -> None:
     """Print registers, stack, shared memory, static SASS count and programs per SM, at each
     --launch, or without one at each idea's own knob values."""
-    if stage not in ("wy", "fwdho"):
-        raise typer.BadParameter(f"--stage {stage!r}: wy or fwdho")
-    form, counts = ("BK,BV,warps,stages[,maxnreg]", (4, 5)) if stage == "wy" else (
-        "BV,warps,stages", (3,))  # fmt: skip
+    if stage not in ("wy", "fwdho", "intra"):
+        raise typer.BadParameter(f"--stage {stage!r}: wy, fwdho or intra")
+    form, counts = {"wy": ("BK,BV,warps,stages[,maxnreg]", (4, 5)),
+                    "intra": ("BK,warps,stages", (3,))}.get(stage, ("BV,warps,stages", (3,)))  # fmt: skip
     try:
         for spec in launch or [None]:  # no --launch: each idea at its own knob values
             given = None
@@ -148,6 +173,10 @@ def main(
                     maxnreg = parts[4] if len(parts) == 5 else None
                     k = compile_wy(idea, bk, bv, warps, stages, maxnreg)
                     what = f"BK {bk} BV {bv} warps {warps} stages {stages} maxnreg {maxnreg or '-'}"
+                elif stage == "intra":
+                    bk, warps, stages = parts
+                    k = compile_intra(idea, bk, warps, stages)
+                    what = f"BK {bk} warps {warps} stages {stages}"
                 else:
                     bv, warps, stages = parts
                     k = compile_fwdho(idea, bv, warps, stages)

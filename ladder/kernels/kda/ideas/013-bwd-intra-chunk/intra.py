@@ -9,11 +9,11 @@ past DIAG_RANGE, an exact serial loop. What changes is the grid. kda/003 gives e
 sub-chunks' q, k, g, beta and dA tiles again (16 sub-chunk loads of k and g per chunk and
 slice where 4 are needed), mostly from L2, and each pays the prologue. Here one program
 takes a chunk's K slice and walks its four sub-chunks in a loop unrolled at compile time
-(``tl.static_range``), so every sub-chunk index and pair is a constant, the repeated tiles
-come from the same SM's L1, and a chunk's rows are decided once. Each sub-chunk's terms are
-summed in kda/003's order, so on the same device the outputs are kda/003's bit for bit where
-the compiler emits the same products (tests/test_kda_intra.py checks both against a float64
-definition).
+(``tl.static_range``), so every sub-chunk index and pair is a constant and a chunk's rows are
+decided once; the hypothesis (NOTES.md) was that the repeated tiles then come from the same
+SM's L1. Each sub-chunk's terms are summed in kda/003's order, so on the interpreter the
+outputs are kda/003's bit for bit (tests/test_kda_intra.py checks both against a float64
+definition); on the GPU they differ from kda/003's in the last bits (NOTES.md).
 
 Shapes (per launch) as kda/003's: q, k [B, T, H, K] bf16; g [B, T, HV, K] fp32 (log2 units);
 beta [B, T, HV]; dAqk, dAkk [B, T, HV, 64] fp32; dq, dk, dg [B, T, HV, K] fp32 in, the same

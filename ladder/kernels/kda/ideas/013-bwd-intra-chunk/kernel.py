@@ -44,7 +44,8 @@ def kda_bwd_chain(ctx, do, dht, intra_stage, gate_tail):
     -> (dq, dk, db, dg) (kda/003's ``intra.kda_bwd_intra`` and this idea's), and
     ``gate_tail`` for its gate tail, called as ``gate_tail(dgc, g_in, A_log, dt_bias,
     lower_bound=, cu_seqlens=, chunk_indices=, chunk_size=)`` -> (dg, dA_log, ddt_bias)
-    (kda/009's and kda/010's ``gate.gate_tail``). Returns what ``kda_bwd`` returns."""
+    (kda/009's and kda/010's ``gate.gate_tail``). Returns what ``kda_bwd`` returns; raises
+    ValueError for a ctx saved without state_v_first."""
     from fla.modules.norm.l2norm import l2norm_bwd
     from fla.ops.common.chunk_delta_h import chunk_gated_delta_rule_fwd_h
     from fla.ops.common.gate import fused_beta_sigmoid_bwd
