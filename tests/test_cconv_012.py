@@ -1,7 +1,7 @@
 """cconv idea 012's launch plans on the CPU.
 
 A plan's hit path calls a compiled kernel's launcher, so these tests stand Triton's last step
-in with a recorder (as tests/test_cconv_010.py does): the kernels' JIT functions return a fake
+in with a recorder (tests/cconv_recorder.py, as tests/test_cconv_010.py does): the kernels' JIT functions return a fake
 compiled kernel whose launcher records its arguments, and the current device and stream are
 stubbed. Checked: a call served by a plan launches exactly what 011's host code hands Triton
 for the same call (grid, every argument in order, every constexpr and config value), with the
@@ -15,88 +15,23 @@ from __future__ import annotations
 
 import pytest
 import torch
-from ladder.kernels.cconv.ideas.i010 import launch
 from ladder.kernels.cconv.ideas.i011 import kernel as k11
 from ladder.kernels.cconv.ideas.i012 import kernel as k12
 from triton import knobs
-from triton.runtime.autotuner import Autotuner, Heuristics
 
 import ladder  # noqa: F401  (the idea import finder)
-
-
-def _jit(kernel):
-    """The JIT function under a kernel's heuristics and autotuner wrappers."""
-    while isinstance(kernel, (Autotuner, Heuristics)):
-        kernel = kernel.fn
-    return kernel
-
-
-class _Compiled:
-    def __init__(self, log: list) -> None:
-        self.function = object()
-        self.packed_metadata = ("meta",)
-        self._log = log
-
-    def run(self, gx, gy, gz, stream, function, packed, lm, enter, exit_, *args):
-        assert function is self.function and packed == self.packed_metadata
-        assert lm is None and enter is None and exit_ is None
-        self._log.append(("plan", (gx, gy, gz), stream, args))
+from tests.cconv_recorder import _expect, _same_args, install
 
 
 @pytest.fixture
 def rec(monkeypatch):
-    """The launch log: ("triton", grid, args, kwargs) for Triton's path, ("plan", grid,
-    stream, args) for a launch of the compiled kernel (a plan's, or 011's launch cache's).
-    Plans start empty."""
-    log: list = []
-    compiled = _Compiled(log)
-    for cache in (k11._DENSE_FWD_L, k11._DENSE_BWD_L, k11._CASE_FWD_L, k11._CASE_BWD_L,
-                  k11._CASE_BWD32_L, k11._DH0_L, k11._HT_L):  # fmt: skip
-        jit = _jit(cache.kernel)
-
-        def run(*args, grid, warmup, _jit=jit, **kwargs):
-            g = grid(kwargs) if callable(grid) else grid
-            log.append(("triton", tuple(g) + (1,) * (3 - len(g)), args, dict(kwargs)))
-            return compiled
-
-        monkeypatch.setattr(jit, "run", run)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-
-    class _Driver:
-        class active:  # noqa: N801
-            @staticmethod
-            def get_current_stream(device):
-                return 1000 + device
-
-    monkeypatch.setattr(launch, "driver", _Driver)
-    monkeypatch.setattr(k11.k10, "LAUNCH_CACHE", True)
+    """The launch log (tests/cconv_recorder.py). Plans start empty."""
+    log = install(monkeypatch)
     for table in (k12._FWD, k12._BWD, k12._CASE_FWD, k12._CASE_BWD):
         table.clear()
     yield log
     for table in (k12._FWD, k12._BWD, k12._CASE_FWD, k12._CASE_BWD):
         table.clear()
-
-
-def _params(kernel) -> list[str]:
-    return [p.name for p in _jit(kernel).params]
-
-
-def _same_args(a: tuple, b: tuple) -> bool:
-    """Equal argument lists: tensors by identity, everything else by value."""
-    return len(a) == len(b) and all(
-        (p is q) if isinstance(p, torch.Tensor) or isinstance(q, torch.Tensor) else p == q
-        for p, q in zip(a, b, strict=True)
-    )
-
-
-def _expect(triton_entry, kernel, tensors: tuple) -> tuple:
-    """The argument list a plan must pass for a call whose Triton launch was `triton_entry`:
-    the call's tensors, the launch's integers, then every remaining parameter's value from
-    the launch's keywords (constexprs, config, heuristics)."""
-    _, _, args, kw = triton_entry
-    names = _params(kernel)
-    tail = tuple(kw[n] for n in names[len(args) :])
-    return (*tensors, *args[len(tensors) :], *tail)
 
 
 @pytest.mark.parametrize("x_dtype", [torch.bfloat16, torch.float16])

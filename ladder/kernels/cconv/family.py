@@ -90,6 +90,11 @@ KNOB_RULES = {
     "CCONV_FIXED_WARPS": ("a power of two from 1 to 16", lambda v: v in (1, 2, 4, 8, 16)),
     "CCONV_TARGET_PROGRAMS": ("a positive integer", lambda v: v > 0),
     "CCONV_SMALL_WORK": ("0 or more", lambda v: v >= 0),
+    "CCONV_SMALL_FWD_G": ("4 or 8", lambda v: v in (4, 8)),
+    "CCONV_SMALL_BWD_G": ("4 or 8", lambda v: v in (4, 8)),
+    "CCONV_SMALL_FWD_WARPS": ("a power of two from 1 to 16", lambda v: v in (1, 2, 4, 8, 16)),
+    "CCONV_SMALL_BWD_WARPS": ("a power of two from 1 to 16", lambda v: v in (1, 2, 4, 8, 16)),
+    "CCONV_SMALL_FWD_PROGRAMS": ("0 or more", lambda v: v >= 0),
 }
 
 # The one declared place mapping idea modules (file stem in the idea folder) to module names
@@ -115,6 +120,8 @@ VENDOR = {
         "011-fixed-launch": {"kernel": "strip11"},
         # imports 002's, 004's, 010's and 011's (and through them 005's to 009's)
         "012-launch-plans": {"kernel": "strip12"},
+        # imports 002's, 004's, 005's, 010's, 011's and 012's (and through them 006's to 009's)
+        "013-small-split": {"kernel": "strip13"},
     },
 }
 
