@@ -3,11 +3,11 @@
 """Where kernel_fun.cconv._kernels came from. Literals only: tools/drift.py reads them
 with ast.literal_eval and never imports this module."""
 
-SOURCE_COMMIT = "7fd73508f11ab7494fa163296ed7c3a351700868"
+SOURCE_COMMIT = "3513482e16195c19bc9e1826b033b1d776befa70"
 RECORD = {
-    "idea": "012-launch-plans",
-    "record_id": "20261204T061004Z-48f6a228",
-    "sha256": "21eed586892810cc9fc4b93136aceafcf6a0f16e12a0ec84d644bc6646614fd2",
+    "idea": "013-small-split",
+    "record_id": "20261204T142430Z-a71226e9",
+    "sha256": "f7e4bc41941930598bf9f876ca82bdce903887eb97f142849c1f16fa5ec1af81",
 }
 KNOBS = {
     "CCONV_AUTOTUNE": True,
@@ -21,6 +21,11 @@ KNOBS = {
     "CCONV_MAXNREG": True,
     "CCONV_MIN_PROGRAMS": 1056,
     "CCONV_SMALL_BWD": False,
+    "CCONV_SMALL_BWD_G": 8,
+    "CCONV_SMALL_BWD_WARPS": 4,
+    "CCONV_SMALL_FWD_G": 8,
+    "CCONV_SMALL_FWD_PROGRAMS": 528,
+    "CCONV_SMALL_FWD_WARPS": 2,
     "CCONV_SMALL_WORK": 4194304,
     "CCONV_TARGET_PROGRAMS": 2048,
 }
@@ -36,20 +41,22 @@ SOURCE_FILES = {
     "ladder/kernels/cconv/ideas/010-launch-cache/launch.py": "a84dc48b07fe7cc54f0f5e2cc6b73491acd9011a9ab5910015209956bc73044d",
     "ladder/kernels/cconv/ideas/011-fixed-launch/kernel.py": "203e771d61c45276c9449748d68db49e1fca64ce40cf8343d1a99d2c94ec2548",
     "ladder/kernels/cconv/ideas/012-launch-plans/kernel.py": "bb7ceb6778bc473b6cb4572f9755ea280ebf37ccac18e650670e5300d985e72f",
+    "ladder/kernels/cconv/ideas/013-small-split/kernel.py": "38755316e5ec6876f0d6236a26d2a0a1a39f8eb1abd0c6a0607ac7a5ab15fe60",
 }
 OUTPUT_FILES = {
-    "package/src/kernel_fun/cconv/_kernels/__init__.py": "e33571d935fd994f30a5080b11f587efde70b5367322169a8ab6d87849156aba",
-    "package/src/kernel_fun/cconv/_kernels/launch10.py": "4c189b36473c3114be037c921616a6449fad1b47eb7f4d8674ac9f2d174f4414",
-    "package/src/kernel_fun/cconv/_kernels/strip10.py": "22d204fa25757e9797aa6879306d02b997ade334302f3369209a0d5c39f8ab0d",
-    "package/src/kernel_fun/cconv/_kernels/strip11.py": "01b94fba0648b495f44647d922192cf138ef738d091d0e1c80e9538fe47a6597",
-    "package/src/kernel_fun/cconv/_kernels/strip12.py": "5cb76a6f829ab2e8e40d3f848de9bd0502239b1bd7d0b41ef009a1b9fa9a4988",
-    "package/src/kernel_fun/cconv/_kernels/strip2.py": "0cca37771bc28719a035735a085777220d78634bba2244524ca0733715067b3e",
-    "package/src/kernel_fun/cconv/_kernels/strip4.py": "410a8b1e7c5b9085fb7c3fdd2b9b0de1c428b1b3ef0b1fdbadafcfbf52c03b41",
-    "package/src/kernel_fun/cconv/_kernels/strip5.py": "61b89079038d93100dd392b61d81f7b6959983d4c9204b6f6eb3a62c6d739d90",
-    "package/src/kernel_fun/cconv/_kernels/strip6.py": "28f3548c3d3f53c35574cff534daf3369f168fecefb03afd7c7c2bd3ab61afa6",
-    "package/src/kernel_fun/cconv/_kernels/strip7.py": "4d42180575a2c0566524954123fdeddc773ca519fc343c4312710746a123a71b",
-    "package/src/kernel_fun/cconv/_kernels/strip8.py": "cde76832aa823be28ca833f7a5eaa8e79a462d414109150dc4a8992a94aa22ca",
-    "package/src/kernel_fun/cconv/_kernels/strip9.py": "72c186217446ccf3d62cfb6f035adc354928cca501ff1582288592a4b646bc98",
+    "package/src/kernel_fun/cconv/_kernels/__init__.py": "1a7f1f79cfa5c17fde6351cc41961cdc1e8a71ad5981a4afec94a17b76d39230",
+    "package/src/kernel_fun/cconv/_kernels/launch10.py": "ed650eeea0865cdd7265a02b76fc53e5c670724affde7df286ab45dcf638b87c",
+    "package/src/kernel_fun/cconv/_kernels/strip10.py": "4739fcf33c794d485a77c6f332a6ede4fb49e9760c1ddf8906c7b0639b7bbd89",
+    "package/src/kernel_fun/cconv/_kernels/strip11.py": "305a6ff4e09f9baa01f03ee2f0a68497b0d9d44d5f4900dad8449882e906ad71",
+    "package/src/kernel_fun/cconv/_kernels/strip12.py": "0c6a3f48ad0a1061f4b34f14e94acfa4ef16f7b6953c19a7dd0be6d36714e923",
+    "package/src/kernel_fun/cconv/_kernels/strip13.py": "eadd21b51538dc02a6211137b8c01aada1d6fec2c15fa3723fe555a46ee1558f",
+    "package/src/kernel_fun/cconv/_kernels/strip2.py": "de34aaa5651d85ca750fd0e146a86a812c8fb6fe485f3de1d8d5bd89afe51db4",
+    "package/src/kernel_fun/cconv/_kernels/strip4.py": "3c712955a841c78b327479df5cbc239720c6a84d54a4fc945fe22aa4952c06b5",
+    "package/src/kernel_fun/cconv/_kernels/strip5.py": "d03a210b95fbed242040b493b49f3f24ac5bc032a457a8d1a750d4098705efd5",
+    "package/src/kernel_fun/cconv/_kernels/strip6.py": "93767e0bfb0df6584cd5dbb6c34b4e8bfdd7dd36aeda0dac4840fdd2c9ebf65a",
+    "package/src/kernel_fun/cconv/_kernels/strip7.py": "bc9ef8f3c7c16f6f51efd538142cd738016601b145f771729d1957f030910d54",
+    "package/src/kernel_fun/cconv/_kernels/strip8.py": "88ecfc48dcbb1379231790e6e3d2fd213af852fd6200c28ac0c6cb2758bc68f6",
+    "package/src/kernel_fun/cconv/_kernels/strip9.py": "b1c7bac5dc3d7b9cfcf61e9e4a3e9d0340bd3790764d5b8c9a17d1fd85acb127",
 }
 VENDOR = {
     "libcst": "1.9.0",
