@@ -120,6 +120,7 @@ SAME_AS_003 = textwrap.dedent(
     import ladder  # installs the idea import finder
     from ladder.kernels.kda.ideas.i003 import intra as i3
     from ladder.kernels.kda.ideas.i013 import intra as i13
+    from ladder.kernels.kda.ideas.i014 import intra as i14
     from fla.ops.utils import prepare_chunk_indices
 
     out = {}
@@ -143,15 +144,18 @@ SAME_AS_003 = textwrap.dedent(
         args = (q, k, g, beta, dAqk, dAkk, dq, dk, db, dg)
         a = i3.kda_bwd_intra(*args, cu_seqlens=cut, chunk_indices=ci)
         b = i13.kda_bwd_intra(*args, cu_seqlens=cut, chunk_indices=ci)
+        c = i14.kda_bwd_intra(*args, cu_seqlens=cut, chunk_indices=ci)
         out[name] = [bool(torch.equal(x, y)) for x, y in zip(a, b)]
+        out[name] += [bool(torch.equal(x, y)) for x, y in zip(a, c)]
     print(json.dumps(out))
     """
 )
 
 
 @pytest.mark.slow
-def test_intra_013_is_003_bit_for_bit_in_the_interpreter() -> None:
-    # kda/013 sums each sub-chunk's terms in kda/003's order, so on the interpreter (fp32
-    # products, one order of operations) its four outputs equal kda/003's exactly
+def test_intra_013_and_014_are_003_bit_for_bit_in_the_interpreter() -> None:
+    # kda/013 sums each sub-chunk's terms in kda/003's order, and kda/014 launches kda/003's
+    # kernel (its register cap at the default, 128), so on the interpreter (fp32 products,
+    # one order of operations) their four outputs each equal kda/003's exactly
     out = run_interpreted(SAME_AS_003)
-    assert out == {name: [True] * 4 for name in out} and len(out) == 3, out
+    assert out == {name: [True] * 8 for name in out} and len(out) == 3, out

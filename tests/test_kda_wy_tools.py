@@ -153,11 +153,19 @@ def test_bench_parse_launch_maps_knobs() -> None:
 
     assert all(hasattr(intra_fwd, n) for n in kda_stage_bench.KNOBS["fwdintra"])
     assert kda_stage_bench.parse_launch("32,4,2", "intra") == dict(BK=32, NUM_WARPS=4, NUM_STAGES=2)
+    assert kda_stage_bench.parse_launch("32,2,2,128", "intra") == dict(
+        BK=32, NUM_WARPS=2, NUM_STAGES=2, MAXNREG=128
+    )
     from ladder.kernels.kda.ideas.i003 import intra as intra3
     from ladder.kernels.kda.ideas.i013 import intra as intra13
+    from ladder.kernels.kda.ideas.i014 import intra as intra14
 
+    # 003 and 013 have no register cap (a launch with one skips them); 014 has every knob
     for mod in (intra3, intra13):
-        assert all(hasattr(mod, n) for n in kda_stage_bench.KNOBS["intra"])
+        assert [n for n in kda_stage_bench.KNOBS["intra"] if not hasattr(mod, n)] == ["MAXNREG"]
+    assert all(hasattr(intra14, n) for n in kda_stage_bench.KNOBS["intra"])
+    with pytest.raises(ValueError, match="three or four positive ints"):
+        kda_stage_bench.parse_launch("32,2,2,128,1", "intra")
     with pytest.raises(ValueError, match="BK 48 is not a power of two"):
         kda_stage_bench.parse_launch("48,2,2", "intra")
     # without --launch each idea runs at its own knob values (008's fused forward: its

@@ -42,8 +42,9 @@ T8192 H16 K128 V256, dense):
   determinism, on the lower triangle of each chunk.
 - `--stage intra`: the backward's intra-chunk stage on the same inputs as fwdintra's (the
   named shape's gate), with random score gradients as the WY stage leaves them. fla's
-  ``chunk_kda_bwd_intra`` against each idea's ``intra.kda_bwd_intra`` (kda/003, kda/013) at
-  each launch: BK, warps, stages.
+  ``chunk_kda_bwd_intra`` against each idea's ``intra.kda_bwd_intra`` (kda/003, kda/013,
+  kda/014) at each launch: BK, warps, stages, and a register cap for an idea with that knob
+  (kda/014).
 
 fla's function is autotuned at that size in this process on its first call. The launch is
 set through the idea module's knob globals for the call (the same values its knobs give at
@@ -100,13 +101,13 @@ KNOBS = {
     "fwdho": ("BV", "NUM_WARPS", "NUM_STAGES"),
     "gate": ("BK", "NUM_WARPS"),
     "fwdintra": ("BK", "NUM_WARPS", "SOLVE_WARPS", "FUSE_WU"),
-    "intra": ("BK", "NUM_WARPS", "NUM_STAGES"),
+    "intra": ("BK", "NUM_WARPS", "NUM_STAGES", "MAXNREG"),
 }
 MODULES = {"wy": "wy", "dhu": "dhu", "fwdho": "fwd", "gate": "gate", "fwdintra": "intra_fwd",
            "intra": "intra"}  # fmt: skip
 FORMS = {"wy": "BK,BV,warps,stages[,maxnreg]", "dhu": "BV,warps,stages",
          "fwdho": "BV,warps,stages", "gate": "BK,warps",
-         "fwdintra": "BK,warps,solve_warps,fuse_wu", "intra": "BK,warps,stages"}  # fmt: skip
+         "fwdintra": "BK,warps,solve_warps,fuse_wu", "intra": "BK,warps,stages[,maxnreg]"}  # fmt: skip
 
 
 def launch_values(launch: dict[str, int], current: dict[str, int]) -> dict[str, int]:
@@ -156,17 +157,18 @@ def parse_launch(spec: str, stage: str = "wy") -> dict[str, int]:
     {"BK", "BV", "NUM_WARPS", "NUM_STAGES"[, "MAXNREG"]}; dhu and fwdho "BV,warps,stages" ->
     {"BV", "NUM_WARPS", "NUM_STAGES"}; gate "BK,warps" -> {"BK", "NUM_WARPS"}; fwdintra
     "BK,warps,solve_warps,fuse_wu" -> {"BK", "NUM_WARPS", "SOLVE_WARPS", "FUSE_WU"} (fuse_wu 0
-    or 1, the others positive); intra "BK,warps,stages" -> {"BK", "NUM_WARPS",
-    "NUM_STAGES"}. ValueError naming what is wrong."""
+    or 1, the others positive); intra "BK,warps,stages[,maxnreg]" -> {"BK", "NUM_WARPS",
+    "NUM_STAGES"[, "MAXNREG"]}. ValueError naming what is wrong."""
     form = FORMS[stage]
-    counts = {"wy": (4, 5), "gate": (2,), "fwdintra": (4,)}.get(stage, (3,))
+    counts = {"wy": (4, 5), "gate": (2,), "fwdintra": (4,), "intra": (3, 4)}.get(stage, (3,))
     try:
         parts = [int(p) for p in spec.split(",")]
     except ValueError:
         raise ValueError(f"--launch {spec!r}: integers {form}") from None
     positive = parts[:3] if stage == "fwdintra" else parts
     if len(parts) not in counts or min(positive) < 1:
-        what = {"wy": "four or five", "gate": "two", "fwdintra": "four"}.get(stage, "three")
+        what = {"wy": "four or five", "gate": "two", "fwdintra": "four", "intra": "three or four"}
+        what = what.get(stage, "three")
         raise ValueError(f"--launch {spec!r}: {what} positive ints, {form}")
     if stage == "fwdintra" and parts[3] not in (0, 1):
         raise ValueError(f"--launch {spec!r}: fuse_wu {parts[3]} is not 0 or 1")
@@ -464,7 +466,7 @@ def main(
     launch: list[str] = typer.Option(
         None,
         help="wy: BK,BV,warps,stages[,maxnreg]; dhu, fwdho: BV,warps,stages; gate: BK,warps; "
-        "fwdintra: BK,warps,solve_warps,fuse_wu; intra: BK,warps,stages (repeatable)",
+        "fwdintra: BK,warps,solve_warps,fuse_wu; intra: BK,warps,stages[,maxnreg] (repeatable)",
     ),
     shape: str = typer.Option(
         "prod",
