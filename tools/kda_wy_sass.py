@@ -51,7 +51,11 @@ FWDHO_POINTERS = dict(q="*bf16", kg="*bf16", w="*bf16", u="*bf16", gk="*fp32", A
 INTRA_POINTERS = dict(q="*bf16", k="*bf16", g="*fp32", beta="*bf16", dAqk="*fp32", dAkk="*fp32",
                       dq="*fp32", dk="*fp32", dg="*fp32", dq2="*fp32", dk2="*fp32", dg2="*fp32",
                       db2="*fp32", cu_seqlens="*i64", chunk_indices="*i64")  # fmt: skip
-INTRA_KERNELS = {"003": "kda_bwd_intra_kernel", "013": "kda_bwd_intra_chunk_kernel"}
+INTRA_KERNELS = {
+    "003": "kda_bwd_intra_kernel",
+    "013": "kda_bwd_intra_chunk_kernel",
+    "014": "kda_bwd_intra_kernel",  # kda/003's kernel, which 014 launches under a register cap
+}
 SM_REGS, SM_SMEM, SM_WARPS = 65536, 227 * 1024, 64
 
 
@@ -104,17 +108,20 @@ def compile_fwdho(idea: str, bv: int, warps: int, stages: int):
     return _compile_sm90(fn, FWDHO_POINTERS, consts, {"num_warps": warps, "num_stages": stages})
 
 
-def compile_intra(idea: str, bk: int, warps: int, stages: int):
-    """Triton's compiled backward intra-chunk kernel of a kda idea (kda/003's per sub-chunk or
-    kda/013's per chunk) for sm90 at prod's sizes, dense batch, launched as its wrapper does."""
+def compile_intra(idea: str, bk: int, warps: int, stages: int, maxnreg: int | None = None):
+    """Triton's compiled backward intra-chunk kernel of a kda idea (kda/003's per sub-chunk,
+    kda/013's per chunk, kda/014's kda/003 kernel under a register cap) for sm90 at prod's
+    sizes, dense batch, launched as its wrapper does (maxnreg: the cap, None for none)."""
     name = INTRA_KERNELS.get(idea.lstrip("i"))
     if name is None:
         raise AttributeError(f"kda idea {idea}: --stage intra knows {', '.join(INTRA_KERNELS)}")
     fn = _idea_kernel(idea, "intra", name)
     consts = dict(H=16, HV=16, K=128, BT=64, BC=16, BK=bk, NC=4, NK=128 // bk, IS_VARLEN=False,
                   DIAG_RANGE=128.0)  # fmt: skip
-    return _compile_sm90(fn, INTRA_POINTERS, consts, {"num_warps": warps, "num_stages": stages},
-                         scalars=dict(T="i32", NTOK="i32"))  # fmt: skip
+    options = {"num_warps": warps, "num_stages": stages}
+    if maxnreg:
+        options["maxnreg"] = maxnreg
+    return _compile_sm90(fn, INTRA_POINTERS, consts, options, scalars=dict(T="i32", NTOK="i32"))
 
 
 def resident(regs: int, smem: int, warps: int) -> int:
@@ -126,7 +133,8 @@ def resident(regs: int, smem: int, warps: int) -> int:
 
 def idea_launch(idea: str, stage: str) -> list[int]:
     """The launch an idea's module reads from its knobs (defaults or the KDA_* environment):
-    wy [BK, BV, warps, stages] plus maxnreg when the idea caps it; fwdho [BV, warps, stages]."""
+    wy [BK, BV, warps, stages] plus maxnreg when the idea caps it; intra [BK, warps, stages]
+    plus maxnreg likewise; fwdho [BV, warps, stages]."""
     import ladder  # noqa: F401  (the idea import finder)
 
     module = {"wy": "wy", "intra": "intra"}.get(stage, "fwd")
@@ -135,7 +143,8 @@ def idea_launch(idea: str, stage: str) -> list[int]:
         cap = getattr(mod, "MAXNREG", 0)
         return [mod.BK, mod.BV, mod.NUM_WARPS, mod.NUM_STAGES, *([cap] if cap else [])]
     if stage == "intra":
-        return [mod.BK, mod.NUM_WARPS, mod.NUM_STAGES]
+        cap = getattr(mod, "MAXNREG", 0)
+        return [mod.BK, mod.NUM_WARPS, mod.NUM_STAGES, *([cap] if cap else [])]
     return [mod.BV, mod.NUM_WARPS, mod.NUM_STAGES]
 
 
@@ -143,11 +152,12 @@ def main(
     ideas: list[str] = typer.Argument(..., help="kda idea numbers, e.g. 004 005"),
     launch: list[str] = typer.Option(
         None,
-        help="wy: BK,BV,warps,stages[,maxnreg]; fwdho: BV,warps,stages; intra: BK,warps,stages "
-        "(repeatable)",
+        help="wy: BK,BV,warps,stages[,maxnreg]; fwdho: BV,warps,stages; "
+        "intra: BK,warps,stages[,maxnreg] (repeatable)",
     ),
     stage: str = typer.Option(
-        "wy", help="wy (the fused WY backward), fwdho (kda/008) or intra (kda/003, kda/013)"
+        "wy",
+        help="wy (the fused WY backward), fwdho (kda/008) or intra (kda/003, kda/013, kda/014)",
     ),
 ) -> None:
     """Print registers, stack, shared memory, static SASS count and programs per SM, at each
@@ -155,7 +165,7 @@ def main(
     if stage not in ("wy", "fwdho", "intra"):
         raise typer.BadParameter(f"--stage {stage!r}: wy, fwdho or intra")
     form, counts = {"wy": ("BK,BV,warps,stages[,maxnreg]", (4, 5)),
-                    "intra": ("BK,warps,stages", (3,))}.get(stage, ("BV,warps,stages", (3,)))  # fmt: skip
+                    "intra": ("BK,warps,stages[,maxnreg]", (3, 4))}.get(stage, ("BV,warps,stages", (3,)))  # fmt: skip
     try:
         for spec in launch or [None]:  # no --launch: each idea at its own knob values
             given = None
@@ -174,9 +184,10 @@ def main(
                     k = compile_wy(idea, bk, bv, warps, stages, maxnreg)
                     what = f"BK {bk} BV {bv} warps {warps} stages {stages} maxnreg {maxnreg or '-'}"
                 elif stage == "intra":
-                    bk, warps, stages = parts
-                    k = compile_intra(idea, bk, warps, stages)
-                    what = f"BK {bk} warps {warps} stages {stages}"
+                    bk, warps, stages = parts[:3]
+                    maxnreg = parts[3] if len(parts) == 4 else None
+                    k = compile_intra(idea, bk, warps, stages, maxnreg)
+                    what = f"BK {bk} warps {warps} stages {stages} maxnreg {maxnreg or '-'}"
                 else:
                     bv, warps, stages = parts
                     k = compile_fwdho(idea, bv, warps, stages)

@@ -34,7 +34,9 @@ NUM_WARPS = int(os.environ.get("KDA_INTRA14_WARPS", "2"))
 NUM_STAGES = int(os.environ.get("KDA_INTRA14_STAGES", "2"))
 MAXNREG = int(os.environ.get("KDA_INTRA14_MAXNREG", "128"))
 
-__all__ = ["kda_bwd_intra"]
+__all__ = ["kda_bwd_intra", "kda_bwd_intra_kernel"]
+
+kda_bwd_intra_kernel = i3.kda_bwd_intra_kernel  # the kernel launched (kda/003's)
 
 
 def kda_bwd_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens=None, chunk_indices=None):
@@ -54,7 +56,7 @@ def kda_bwd_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens=None, ch
     launch = dict(num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     if MAXNREG > 0:
         launch["maxnreg"] = MAXNREG
-    i3.kda_bwd_intra_kernel[(NK * NC * NT, B * HV)](
+    kda_bwd_intra_kernel[(NK * NC * NT, B * HV)](
         q, k, g, beta, dAqk, dAkk, dq, dk, dg, dq2, dk2, dg2, db2, cu_seqlens, chunk_indices,
         T, B * T, H=H, HV=HV, K=Kd, BT=i3.BT, BC=i3.BC, BK=BK, NC=NC, NK=NK,
         IS_VARLEN=cu_seqlens is not None, DIAG_RANGE=i3.DIAG_RANGE, **launch,
