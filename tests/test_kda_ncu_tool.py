@@ -16,7 +16,7 @@ def test_unknown_stage_is_refused_with_the_known_ones():
         [sys.executable, str(TOOL), "wy", "dhu"], capture_output=True, text=True, timeout=60
     )
     assert r.returncode == 2
-    assert "'dhu'" in r.stderr and "intra, intra13, wy, fwdho" in r.stderr
+    assert "'dhu'" in r.stderr and "intra, intra13, intra14, wy, fwdho" in r.stderr
 
 
 def test_help_describes_the_tool_without_a_gpu():

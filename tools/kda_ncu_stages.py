@@ -6,12 +6,13 @@
         --section ComputeWorkloadAnalysis python tools/kda_ncu_stages.py [STAGE...]
 
 Stages (default: all): intra (kda/003's backward intra-chunk kernel), intra13 (kda/013's:
-the same stage on one program per chunk and K slice), wy (kda/005's fused WY/dq/dk/dg
+the same stage on one program per chunk and K slice), intra14 (kda/014's: kda/003's kernel
+under a register cap), wy (kda/005's fused WY/dq/dk/dg
 kernel), fwdho (kda/008's forward state pass and output), each at its module's knob values, on tools/kda_stage_bench.py's random inputs at B16 T8192 H16 K128
 V256 (dA and the incoming fp32 gradients of the intra stage drawn here). The knobs are
 the modules' environment knobs (KDA_INTRA_*, KDA_WY_*, KDA_FWDHO_*): without them fwdho
 runs 008's default launch (BV 64, 4 warps, 2 stages), not the package's (BV 128, 8
-warps); intra13 reads KDA_INTRA13_*. Each stage is called once and timed with triton.testing.do_bench (median ms,
+warps); intra13 reads KDA_INTRA13_*, intra14 KDA_INTRA14_* (its cap: 128 by default). Each stage is called once and timed with triton.testing.do_bench (median ms,
 printed) before the profiled calls, so ncu sees compiled, warm kernels only. Exit status
 2 for an unknown or repeated stage name, or without a CUDA GPU.
 """
@@ -27,7 +28,7 @@ import typer
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-STAGES = ("intra", "intra13", "wy", "fwdho")
+STAGES = ("intra", "intra13", "intra14", "wy", "fwdho")
 app = typer.Typer(
     add_completion=False,
     help=__doc__,
@@ -39,7 +40,8 @@ app = typer.Typer(
 @app.command(help=__doc__)
 def main(
     stages: Annotated[
-        list[str] | None, typer.Argument(help="any of intra, intra13, wy, fwdho (default: all)")
+        list[str] | None,
+        typer.Argument(help="any of intra, intra13, intra14, wy, fwdho (default: all)"),
     ] = None,
 ) -> None:
     only = list(stages or STAGES)
@@ -65,6 +67,7 @@ def main(
     from ladder.kernels.kda.ideas.i005 import wy
     from ladder.kernels.kda.ideas.i008 import fwd
     from ladder.kernels.kda.ideas.i013 import intra as intra13
+    from ladder.kernels.kda.ideas.i014 import intra as intra14
 
     B, T, H, HV, K, V = 16, 8192, 16, 16, 128, 256
     x = sb.inputs(B, T, H, HV, K, V)
@@ -80,6 +83,9 @@ def main(
             x["q"], x["k"], x["g"], x["beta"], dAqk, dAkk, dq, dk, db, dg
         ),
         "intra13": lambda: intra13.kda_bwd_intra(
+            x["q"], x["k"], x["g"], x["beta"], dAqk, dAkk, dq, dk, db, dg
+        ),
+        "intra14": lambda: intra14.kda_bwd_intra(
             x["q"], x["k"], x["g"], x["beta"], dAqk, dAkk, dq, dk, db, dg
         ),
         "wy": lambda: wy.kda_bwd_wy(*wy_args, x["scale"]),
