@@ -107,7 +107,8 @@ def test_readme_research_numbers_are_the_committed_records() -> None:
     case_rows = [
         (cc_ideas + "002-strip-box/records/20261130T175109Z-39e2a4a1.json", ""),
         (cc_ideas + "007-case-loop-bwd/records/20261201T112950Z-16d2b484.json", "007, "),
-        (cc_ideas + "012-launch-plans/records/20261204T061004Z-48f6a228.json", "012 (vendored), "),
+        (cc_ideas + "012-launch-plans/records/20261204T061004Z-48f6a228.json", "012, "),
+        (cc_ideas + "013-small-split/records/20261204T142430Z-a71226e9.json", "013 (vendored), "),
     ]
     for (cc, idea), (name, label) in itertools.product(case_rows, (
         ("prod-bias-residual", "prod with bias and residual |"),
@@ -124,7 +125,11 @@ def test_readme_research_numbers_are_the_committed_records() -> None:
         assert label + cells in readme, label + cells
     small = "005-small-call-grid/records/20261201T113044Z-5a185b36.json"
     plans = "012-launch-plans/records/20261204T061004Z-48f6a228.json"
+    split = "013-small-split/records/20261204T142430Z-a71226e9.json"
     for path, name, label in (
+        (split, "prod", "| B16 T8192 D2048 W4 (prod), 013 |"),
+        (split, "b4-t2048", "| B4 T2048 D2048, 013 |"),
+        (split, "b1-t4096-d768", "| B1 T4096 D768, 013 |"),
         (plans, "prod", "| B16 T8192 D2048 W4 (prod), 012 |"),
         (plans, "b4-t2048", "| B4 T2048 D2048, 012 |"),
         (plans, "b1-t4096-d768", "| B1 T4096 D768, 012 |"),
