@@ -76,9 +76,8 @@ def test_dense_fwd_launches_011s_at_the_forward_sweep_point(rec, monkeypatch, BT
         _as_011(monkeypatch, 2, 8, 528)
     (t,) = _via_011(rec, k11.cconv_fwd, x, w)
     assert first[1] == t[1] and grid == t[1], (first[1], t[1])
-    assert _same_args(first[2], t[2]) or all(
-        isinstance(a, torch.Tensor) or a == b for a, b in zip(first[2], t[2], strict=True)
-    )
+    # every argument of the first (Triton-path) launch is 011's but y, each call's own output
+    assert _same_args(first[2][:2] + first[2][3:], t[2][:2] + t[2][3:])
     assert first[3] == t[3]
     assert _same_args(args, _expect(t, k11._DENSE_FWD_L.kernel, args[:3]))
     if BTD == (1, 4096, 768):  # the sweep's shape: 768 programs of 16 rows, 256-wide strips

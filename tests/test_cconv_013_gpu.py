@@ -11,6 +11,7 @@ import torch
 
 import ladder  # noqa: F401  (the idea import finder)
 from tests.test_cconv_012_gpu import CASES, _args, _call, _same
+from tests.test_cconv_013 import _as_011
 
 pytestmark = pytest.mark.gpu
 
@@ -27,13 +28,6 @@ def kernels():
     return k11, k13
 
 
-def _small_point(monkeypatch, k11, warps: int, g: int, programs: int | None = None) -> None:
-    monkeypatch.setattr(k11, "_SMALL", (warps, g, None))
-    monkeypatch.setattr(k11.k10, "_FIXED_BD", 4 * 32 * warps)
-    if programs is not None:
-        monkeypatch.setattr(k11.k10.k5, "MIN_PROGRAMS", programs)
-
-
 def _reference(k11, monkeypatch, x, w, dy, dht, fwd, out_state):
     """011's outputs for the call, its forward and backward each at 013's sweep point where
     it is a small call of the dense loop (silu, no bias, initial state or packing; the
@@ -43,11 +37,11 @@ def _reference(k11, monkeypatch, x, w, dy, dht, fwd, out_state):
     dense = dense and x.dtype != torch.float32 and B * T * D < SMALL_WORK
     with monkeypatch.context() as m:
         if dense and fwd["residual"] is None and not out_state:
-            _small_point(m, k11, 2, 8, 528)
+            _as_011(m, 2, 8, 528)
         y, hT = k11.conv_fwd(x, w, output_final_state=out_state, **fwd)
     with monkeypatch.context() as m:
         if dense and dht is None:
-            _small_point(m, k11, 4, 8)
+            _as_011(m, 4, 8)
         return (y, hT, *k11.conv_bwd(x, w, dy, dht=dht, **fwd))
 
 

@@ -70,6 +70,7 @@ def test_without_a_launch_each_idea_compiles_at_its_own_knobs() -> None:
     assert kda_wy_sass.idea_launch("005", "wy") == [64, 64, 4, 2]  # no register cap
     assert kda_wy_sass.idea_launch("004", "wy") == [64, 64, 8, 2]  # its source default
     assert kda_wy_sass.idea_launch("013", "intra") == [32, 2, 2]
+    assert kda_wy_sass.idea_launch("014", "intra") == [32, 2, 2, 128]  # its register cap
     with pytest.raises(AttributeError, match="--stage intra knows 003, 013"):
         kda_wy_sass.compile_intra("005", 32, 2, 2)
 

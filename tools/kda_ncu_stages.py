@@ -78,16 +78,13 @@ def main(
     db = torch.randn(B, T, HV, device="cuda", generator=gen)
     _gen, kg, w, h0 = sb._state_inputs(x, B, H, HV, K, V, seed=2)
     wy_args = [x[n] for n in ("q", "k", "v", "v_new", "g", "beta", "A", "h", "do", "dh", "dv")]
+    intra_args = (x["q"], x["k"], x["g"], x["beta"], dAqk, dAkk, dq, dk, db, dg)
+    # the backward intra-chunk stage of kda/003, kda/013 and kda/014 (one signature)
     calls = {
-        "intra": lambda: intra.kda_bwd_intra(
-            x["q"], x["k"], x["g"], x["beta"], dAqk, dAkk, dq, dk, db, dg
-        ),
-        "intra13": lambda: intra13.kda_bwd_intra(
-            x["q"], x["k"], x["g"], x["beta"], dAqk, dAkk, dq, dk, db, dg
-        ),
-        "intra14": lambda: intra14.kda_bwd_intra(
-            x["q"], x["k"], x["g"], x["beta"], dAqk, dAkk, dq, dk, db, dg
-        ),
+        name: (lambda mod=mod: mod.kda_bwd_intra(*intra_args))
+        for name, mod in (("intra", intra), ("intra13", intra13), ("intra14", intra14))
+    }
+    calls |= {
         "wy": lambda: wy.kda_bwd_wy(*wy_args, x["scale"]),
         "fwdho": lambda: fwd.fwd_h_o(x["q"], kg, w, x["v"], x["g"], x["A"], x["scale"], h0, True),
     }

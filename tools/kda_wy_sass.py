@@ -15,7 +15,8 @@ programs of that size fit on one H200 SM (65,536 registers, 227 KB of shared mem
 most 64 warps).
 
 `--stage intra` compiles the backward intra-chunk kernel of kda/003 (one program per
-sub-chunk) or kda/013 (one per chunk) at each BK, warps, stages, dense batch.
+sub-chunk), kda/013 (one per chunk) or kda/014 (kda/003's under a register cap) at each BK,
+warps, stages[, maxnreg], dense batch.
 `--stage fwdho` compiles an idea's ``fwd.chunk_kda_fwd_kernel_h_o`` (kda/008) at each
 BV, warps, stages, at the same sizes, with no initial or final state.
 Without `--launch` each idea compiles at its own knob values (defaults, or the KDA_*
@@ -139,13 +140,11 @@ def idea_launch(idea: str, stage: str) -> list[int]:
 
     module = {"wy": "wy", "intra": "intra"}.get(stage, "fwd")
     mod = importlib.import_module(f"ladder.kernels.kda.ideas.i{idea.lstrip('i')}.{module}")
-    if stage == "wy":
-        cap = getattr(mod, "MAXNREG", 0)
-        return [mod.BK, mod.BV, mod.NUM_WARPS, mod.NUM_STAGES, *([cap] if cap else [])]
-    if stage == "intra":
-        cap = getattr(mod, "MAXNREG", 0)
-        return [mod.BK, mod.NUM_WARPS, mod.NUM_STAGES, *([cap] if cap else [])]
-    return [mod.BV, mod.NUM_WARPS, mod.NUM_STAGES]
+    if stage == "fwdho":
+        return [mod.BV, mod.NUM_WARPS, mod.NUM_STAGES]
+    cap = getattr(mod, "MAXNREG", 0)
+    tiles = [mod.BK, mod.BV] if stage == "wy" else [mod.BK]
+    return [*tiles, mod.NUM_WARPS, mod.NUM_STAGES, *([cap] if cap else [])]
 
 
 def main(
