@@ -137,6 +137,10 @@ VENDOR = {
         "011-fwd-intra-fused": {"kernel": "chain11", "intra_fwd": "intrafwd11"},
         # 009 with the forward's diagonal score tiles anchored (011's chain, 009's backward)
         "012-fwd-diag-anchored": {"kernel": "chain12", "intra_fwd": "intrafwd12"},
+        # 009's backward chain with its intra-chunk stage split out (013), 003's intra stage
+        # under a register cap (014)
+        "013-bwd-intra-chunk": {"kernel": "chain13", "intra": "intra13"},
+        "014-intra-reg-cap": {"kernel": "chain14", "intra": "intra14"},
     },
 }
 
