@@ -3,11 +3,11 @@
 """Where kernel_fun.kda._kernels came from. Literals only: tools/drift.py reads them
 with ast.literal_eval and never imports this module."""
 
-SOURCE_COMMIT = "b36ceea5a35fc81274e4679f9f6bfd995b37f9df"
+SOURCE_COMMIT = "b9100725b13bd8cb78dc7ed8e78fbee042ca1f96"
 RECORD = {
-    "idea": "012-fwd-diag-anchored",
-    "record_id": "20261203T114202Z-e5db58d3",
-    "sha256": "9da04bd6c6bc363410eb956e80818ab09b6c1ebe51684d4c646b8a8e4f9c0819",
+    "idea": "014-intra-reg-cap",
+    "record_id": "20261204T151500Z-5d0fda72",
+    "sha256": "92178fab48b6d3d2c6a5447d7b3222a78648a4ea1628dad9ac22dbff02aa0135",
 }
 KNOBS = {
     "KDA_DHU_BV": 64,
@@ -25,6 +25,13 @@ KNOBS = {
     "KDA_FWDINTRA_WARPS": 2,
     "KDA_GATE_TAIL_BK": 32,
     "KDA_GATE_TAIL_WARPS": 4,
+    "KDA_INTRA13_BK": 32,
+    "KDA_INTRA13_STAGES": 2,
+    "KDA_INTRA13_WARPS": 2,
+    "KDA_INTRA14_BK": 32,
+    "KDA_INTRA14_MAXNREG": 128,
+    "KDA_INTRA14_STAGES": 2,
+    "KDA_INTRA14_WARPS": 2,
     "KDA_INTRA_BK": 32,
     "KDA_INTRA_STAGES": 2,
     "KDA_INTRA_WARPS": 2,
@@ -50,19 +57,25 @@ SOURCE_FILES = {
     "ladder/kernels/kda/ideas/011-fwd-intra-fused/kernel.py": "15cbab70609fb3668c09e3c551ca98fd1f4d0b669208be72b3a9bd281e24a855",
     "ladder/kernels/kda/ideas/012-fwd-diag-anchored/intra_fwd.py": "387de888936893c46393792ed9117d5eb90ab0800f4bc38d18551f8881d1a502",
     "ladder/kernels/kda/ideas/012-fwd-diag-anchored/kernel.py": "a69963dd0a888dc043ec27c3d7185d1c1e79267cf531ed734fd7bcd5eb8aa2a7",
+    "ladder/kernels/kda/ideas/013-bwd-intra-chunk/intra.py": "a8036d8291f82cf4a784c6fe78ea43a8c3f02406647f0dcb6ada839fff011f57",
+    "ladder/kernels/kda/ideas/013-bwd-intra-chunk/kernel.py": "d10da611e0410efac8c212e5070700607818e4e469a8a9111a8f3c5c4eb91963",
+    "ladder/kernels/kda/ideas/014-intra-reg-cap/intra.py": "901f66a3071dd22c636b380f83c048def32bcacb1aaaca5b2f0359d7f8fb4967",
+    "ladder/kernels/kda/ideas/014-intra-reg-cap/kernel.py": "501eb2c91da38444047eed73246b12a97baaa059a4e1bb0d6562089d88a7894a",
 }
 OUTPUT_FILES = {
-    "package/src/kernel_fun/kda/_kernels/__init__.py": "501c6ede66b5e606252340beaebb14c7fbedcb3939dcc8adda593d4c936f6ba3",
-    "package/src/kernel_fun/kda/_kernels/chain11.py": "dd6cc54c36cac19eb9b7cc2a27fd7dfdda2cf3b8a29c33859f2a6a052abc5c00",
-    "package/src/kernel_fun/kda/_kernels/chain12.py": "7b399014dbbb4b08ca272a8e2c2b7b611d7a7d66ed9b80d153e5c9d99f18d0b4",
-    "package/src/kernel_fun/kda/_kernels/chain9.py": "8047d201890699db98f7d0e69b08a7b3a8b161f3d4d45eeaa30b0dae842516f7",
-    "package/src/kernel_fun/kda/_kernels/chain_stages5.py": "016ed5f21550ebd54398bd05fa8db4a903b81376b9cffeeed0726f258de7cd7b",
-    "package/src/kernel_fun/kda/_kernels/dhu6.py": "9407cff9655854cfa799ff0452565360cc19faca060bd03029adf8cee7fff8ab",
-    "package/src/kernel_fun/kda/_kernels/fwd8.py": "8347d838c2a74826ae9b91c43bd14bc0db992d1e269abe69c299533087904c55",
-    "package/src/kernel_fun/kda/_kernels/gate9.py": "23d7c188668774e733d2b7167841bffe69a53601e933b117bcd1c1fedf7b2ee8",
-    "package/src/kernel_fun/kda/_kernels/intra3.py": "b45fe5694462049e15971828757680a559a63d5463345861ab50ac4429b3f33b",
-    "package/src/kernel_fun/kda/_kernels/intrafwd12.py": "98e36a1fae6b2087a8d03f7ca1f0a58f0fffa56e7e304fa7c82238a143e1eb6f",
-    "package/src/kernel_fun/kda/_kernels/wy5.py": "cd001eca00b6749fbe4a5298b512d723849c53425dda616f3f67cefe6304ccca",
+    "package/src/kernel_fun/kda/_kernels/__init__.py": "e40a494bb8175e6ab61204767299f203ea23facbf156d9642953ba48045727f0",
+    "package/src/kernel_fun/kda/_kernels/chain11.py": "997645d0942b28a3e79db471d22b0f5f69b1671ebea729b49d6945c942fe3c20",
+    "package/src/kernel_fun/kda/_kernels/chain12.py": "d291456085aeaabaaad2a6f41ee90c129623881eb78dbcc9dd3314c4256e8d6a",
+    "package/src/kernel_fun/kda/_kernels/chain13.py": "f74d628a4e4e1cec981288bca61eb8f0144e7e88adf1c4b5c2bb7955c9ab06c2",
+    "package/src/kernel_fun/kda/_kernels/chain14.py": "2f244bfc03e3b639b90a26b9b1b7fb46f373295b808d7015fa081abb50aaa74c",
+    "package/src/kernel_fun/kda/_kernels/chain_stages5.py": "8cd9ced54cc4b1e94e01ecb1b26f2a50af755e0f4825b396c4ced91458393c57",
+    "package/src/kernel_fun/kda/_kernels/dhu6.py": "30ea703671167e318bdf424547c311eb5682805aee35558ab0750f118fb69a13",
+    "package/src/kernel_fun/kda/_kernels/fwd8.py": "c40fbb0fd1c9c0509ca6c4c8106995c4236f5f41c426525e523612b14a31668c",
+    "package/src/kernel_fun/kda/_kernels/gate9.py": "6fc2ac32abe4b6d2d885d3f522853185d38f8558a2a6c466bb635c19dce2e687",
+    "package/src/kernel_fun/kda/_kernels/intra14.py": "395ccaa35df502e28376d608c9f0f4dab3b014839f5f3f89e7218f2d25a079c4",
+    "package/src/kernel_fun/kda/_kernels/intra3.py": "6b8cec6e9f01dcdc21a7eb5695e6051201af1c2386ebdcaa8c5c83cb8169cca5",
+    "package/src/kernel_fun/kda/_kernels/intrafwd12.py": "e81a07d2fdfe8dd374c7c9cb2288d83321171894650288076c82c144652ae30f",
+    "package/src/kernel_fun/kda/_kernels/wy5.py": "14dac1bffc2c53d9be20b16fdfcc55371e1872ee6a8cabd76af541cfeb62ac65",
 }
 VENDOR = {
     "libcst": "1.9.0",
