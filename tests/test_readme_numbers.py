@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-REPORT = ROOT / "docs" / "results" / "prodtime-h200-20261203.json"
+REPORT = ROOT / "docs" / "results" / "prodtime-h200-20261204.json"
 
 
 def test_readme_quotes_the_committed_prodtime_report() -> None:
@@ -70,8 +70,10 @@ def test_readme_research_numbers_are_the_committed_records() -> None:
     kda8 = "ladder/kernels/kda/ideas/008-fwd-state-out/records/"
     kda9 = "ladder/kernels/kda/ideas/009-bwd-gate-tail/records/"
     kda12 = "ladder/kernels/kda/ideas/012-fwd-diag-anchored/records/"
+    kda14 = "ladder/kernels/kda/ideas/014-intra-reg-cap/records/"
     rows = [
-        (kda12 + "20261203T114202Z-e5db58d3.json", "prod", "| 012 at prod B16 T8192 H16 K128 V256 (promoted) |", 3, 2),
+        (kda14 + "20261204T151500Z-5d0fda72.json", "prod", "| 014 at prod B16 T8192 H16 K128 V256 (promoted", 3, 2),
+        (kda12 + "20261203T114202Z-e5db58d3.json", "prod", "| 012 at prod B16 T8192 H16 K128 V256 |", 3, 2),
         (kda12 + "20261204T062921Z-e5db58d3.json", "t2048", "| 012 at t2048 B16 T2048 |", 3, 3),
         (kda9 + "20261202T223615Z-da4b2fd8.json", "prod", "| 009 at prod B16 T8192 H16 K128 V256, forward state stage at BV 128", 3, 2),
         (kda9 + "20261202T020457Z-da4b2fd8.json", "prod", "| 009 at prod B16 T8192 H16 K128 V256, at 008's launch", 3, 2),
