@@ -122,6 +122,8 @@ VENDOR = {
         "012-launch-plans": {"kernel": "strip12"},
         # imports 002's, 004's, 005's, 010's, 011's and 012's (and through them 006's to 009's)
         "013-small-split": {"kernel": "strip13"},
+        # imports 011's and 013's (and through them 002's, 004's, 005's, 010's, 012's)
+        "014-typed-front": {"kernel": "strip14"},
     },
 }
 
