@@ -6,12 +6,15 @@ differently from 011's, each needing an argument that is not what its slot takes
 where a tensor goes, an activation or ``output_final_state`` whose ``==`` or ``bool`` raises):
 013 reads the activation, ``initial_state.numel()`` or ``bool(output_final_state)`` before
 011's checks would have raised, and with a bias that is not a tensor it launches the case
-loop before failing. Here a call of ``conv_fwd`` / ``conv_bwd`` whose tensor slots hold
-anything but a ``torch.Tensor`` or None, whose activation is neither None nor a ``str``, or
-whose ``output_final_state`` is neither a ``bool`` nor an ``int``, goes to 011's entry point
-unplanned: 011's checks then raise 011's own error, in 011's order, before any launch (or,
-for an argument they accept, 011 computes the call). Every other call is 013's, launch for
-launch.
+loop before failing. A review of this idea found a fifth kind: a tensor of an element type
+no float operand can have (quantized, bits, packed 4-bit) as w or bias, where 013's backward
+launches or reduces in another order than 011's before failing. Here a call of ``conv_fwd`` /
+``conv_bwd`` whose float slots hold anything but None or a ``torch.Tensor`` of a float
+element type (FLOAT_DTYPES), whose ``cu_seqlens`` is neither None nor a tensor, whose
+activation is neither None nor a ``str``, or whose ``output_final_state`` is neither a
+``bool`` nor an ``int``, goes to 011's entry point unplanned, which fails exactly as 011
+fails (for the four orders, its checks' error before any launch) or, for an argument it
+accepts, computes the call. Every other call is 013's, launch for launch.
 
 Device arithmetic and launches are 013's on every call whose arguments have those types.
 
@@ -48,14 +51,32 @@ plans = k13.plans
 launches = k13.launches
 
 
-def _odd(tensors: tuple, activation: object, output_final_state: object = False) -> bool:
-    """True when an argument is not of its slot's type: a tensor slot holding anything but a
-    ``torch.Tensor`` or None, an activation neither None nor a ``str``, an
-    ``output_final_state`` neither a ``bool`` nor an ``int``. Exact type checks for the
-    activation and the flag (a ``str`` or ``int`` subclass may redefine ``==`` or ``bool``)."""
-    for t in tensors:
-        if t is not None and not isinstance(t, torch.Tensor):
+# the element types a float operand may have; any other (quantized, bits, packed 4-bit, integer,
+# bool, complex) is odd: 013's backward skips 011's `torch.zeros_like(w)` / `(bias)` before its
+# launch, launches the initial-state gradient before reducing the partials and reduces db before
+# dw, so with such a w or bias it fails after other launches, or with another error, than 011
+FLOAT_DTYPES = frozenset(
+    getattr(torch, name)
+    for name in ("float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2",
+                 "float8_e4m3fnuz", "float8_e5m2fnuz")
+    if hasattr(torch, name)
+)  # fmt: skip
+
+
+def _odd(
+    floats: tuple, cu_seqlens: object, activation: object, output_final_state: object = False
+) -> bool:
+    """True when an argument is not of its slot's type: a float slot (``floats``) holding
+    anything but None or a ``torch.Tensor`` with an element type in FLOAT_DTYPES,
+    ``cu_seqlens`` neither None nor a ``torch.Tensor``, an activation neither None nor a
+    ``str``, an ``output_final_state`` neither a ``bool`` nor an ``int``. Exact type checks
+    for the activation and the flag (a ``str`` or ``int`` subclass may redefine ``==`` or
+    ``bool``)."""
+    for t in floats:
+        if t is not None and (not isinstance(t, torch.Tensor) or t.dtype not in FLOAT_DTYPES):
             return True
+    if cu_seqlens is not None and not isinstance(cu_seqlens, torch.Tensor):
+        return True
     if activation is not None and type(activation) is not str:
         return True
     return type(output_final_state) not in (bool, int)
@@ -81,7 +102,7 @@ def conv_fwd(
     checks), and 011's errors for arguments of other types.
     """
     args = (x, w, bias, residual, initial_state, output_final_state, activation, cu_seqlens)
-    if _odd((x, w, bias, residual, initial_state, cu_seqlens), activation, output_final_state):
+    if _odd((x, w, bias, residual, initial_state), cu_seqlens, activation, output_final_state):
         return k11.conv_fwd(*args)
     return k13.conv_fwd(*args)
 
@@ -108,7 +129,7 @@ def conv_bwd(
     checks).
     """
     args = (x, w, dy, bias, residual, initial_state, dht, activation, cu_seqlens)
-    if _odd((x, w, dy, bias, residual, initial_state, dht, cu_seqlens), activation):
+    if _odd((x, w, dy, bias, residual, initial_state, dht), cu_seqlens, activation):
         return k11.conv_bwd(*args)
     return k13.conv_bwd(*args)
 
