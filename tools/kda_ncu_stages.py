@@ -7,13 +7,14 @@
 
 Stages (default: all): intra (kda/003's backward intra-chunk kernel), intra13 (kda/013's:
 the same stage on one program per chunk and K slice), intra14 (kda/014's: kda/003's kernel
-under a register cap), wy (kda/005's fused WY/dq/dk/dg
-kernel), fwdho (kda/008's forward state pass and output), each at its module's knob values, on tools/kda_stage_bench.py's random inputs at B16 T8192 H16 K128
-V256 (dA and the incoming fp32 gradients of the intra stage drawn here). The knobs are
-the modules' environment knobs (KDA_INTRA_*, KDA_WY_*, KDA_FWDHO_*): without them fwdho
-runs 008's default launch (BV 64, 4 warps, 2 stages), not the package's (BV 128, 8
-warps); intra13 reads KDA_INTRA13_*, intra14 KDA_INTRA14_* (its cap: 128 by default). Each stage is called once and timed with triton.testing.do_bench (median ms,
-printed) before the profiled calls, so ncu sees compiled, warm kernels only. Exit status
+under a register cap), wy (kda/005's fused WY/dq/dk/dg kernel), fwdho (kda/008's forward
+state pass and output), each at its module's knob values, on tools/kda_stage_bench.py's
+random inputs at B16 T8192 H16 K128 V256 (dA and the incoming fp32 gradients of the intra
+stage drawn here). The knobs are the modules' environment knobs (KDA_INTRA_*, KDA_WY_*,
+KDA_FWDHO_*; intra13 reads KDA_INTRA13_*, intra14 KDA_INTRA14_*, its cap 128 by default):
+without them fwdho runs 008's default launch (BV 64, 4 warps, 2 stages), not the package's
+(BV 128, 8 warps). Each stage is called once and timed with triton.testing.do_bench (median
+ms, printed) before the profiled calls, so ncu sees compiled, warm kernels only. Exit status
 2 for an unknown or repeated stage name, or without a CUDA GPU.
 """
 
