@@ -1,4 +1,4 @@
-"""kda/012's forward intra-chunk stage (`intra_fwd.fwd_intra`: its diagonal-tile kernel, then fla's
+"""kda/012's and kda/015's forward intra-chunk stage (`intra_fwd.fwd_intra`: the diagonal-tile kernel, then fla's
 off-diagonal/solve and w/u kernels) on Triton's CPU interpreter, in fp32: against a float64
 evaluation of the stage's definition (tests/kda_fwd_intra_ref.py) and against fla 0.6.0's
 `chunk_kda_fwd_intra`, on the products, on the exact loop and on both mixed, with gates deep
@@ -19,7 +19,9 @@ from tests.interpreted import run_interpreted
 
 SCRIPT = textwrap.dedent(
     r"""
+    import importlib
     import json
+    import sys
     import torch
     import ladder  # the idea import finder
     import fla.ops.kda.chunk_intra, fla.ops.kda.wy_fast  # noqa: F401
@@ -28,7 +30,9 @@ SCRIPT = textwrap.dedent(
 
     fla_on_the_interpreter()
     from fla.ops.kda.chunk_intra import chunk_kda_fwd_intra
-    from ladder.kernels.kda.ideas.i012 import intra_fwd as diag
+    diag = importlib.import_module(f"ladder.kernels.kda.ideas.i{sys.argv[1]}.intra_fwd")
+    if len(sys.argv) > 2:  # kda/015's exact path's K step
+        diag.EXACT_BK = int(sys.argv[2])
     from tests.kda_fwd_intra_ref import errors, inputs, lower_mask, reference
 
     cases = {
@@ -91,8 +95,13 @@ SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_fwd_diag_matches_the_float64_definition_and_fla_on_every_path() -> None:
-    out = run_interpreted(SCRIPT)
+@pytest.mark.parametrize(
+    "idea", [("012",), ("015",), ("015", "32")], ids=["012", "015", "015-exact-bk32"]
+)
+def test_fwd_diag_matches_the_float64_definition_and_fla_on_every_path(idea) -> None:
+    # kda/015 at its exact K step 8 (K 48 in three steps) and 32 (K 48 in a full and a
+    # masked step; K 32 in one)
+    out = run_interpreted(SCRIPT, *idea)
     causal = out.pop("causal")
     assert causal == {"Aqk_same": True, "Akk_same": True, "w_same": True,
                       "later_changed": True}, causal  # fmt: skip

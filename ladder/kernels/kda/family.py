@@ -141,6 +141,8 @@ VENDOR = {
         # under a register cap (014)
         "013-bwd-intra-chunk": {"kernel": "chain13", "intra": "intra13"},
         "014-intra-reg-cap": {"kernel": "chain14", "intra": "intra14"},
+        # 014 with the forward diagonal kernel's exact path a whole tile per step of K
+        "015-diag-exact-tile": {"kernel": "chain15", "intra_fwd": "intrafwd15"},
     },
 }
 
