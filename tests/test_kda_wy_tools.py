@@ -73,6 +73,30 @@ def test_without_a_launch_each_idea_compiles_at_its_own_knobs() -> None:
     assert kda_wy_sass.idea_launch("014", "intra") == [32, 2, 2, 128]  # its register cap
     with pytest.raises(AttributeError, match="--stage intra knows 003, 013"):
         kda_wy_sass.compile_intra("005", 32, 2, 2)
+    assert kda_wy_sass.idea_launch("012", "fwddiag") == [16, 1, 2]  # its source defaults
+    assert kda_wy_sass.idea_launch("015", "fwddiag") == [32, 1, 2, 8]  # and its exact K step
+    with pytest.raises(AttributeError, match="012's diagonal kernel has no exact_bk"):
+        kda_wy_sass.compile_fwddiag("012", 32, 1, 2, 8)
+
+
+@pytest.mark.slow
+def test_015s_exact_tile_path_costs_the_diagonal_kernel_registers() -> None:
+    """The static compile behind kda/015's NOTES.md: at BK 32 and 1 warp kda/012's diagonal
+    kernel needs 167 registers (12 programs per SM); kda/015's [16, 16, 8] exact path in the
+    same kernel raises that past 200, so fewer programs fit, and a wider exact step spills."""
+    import kda_wy_sass
+    from cconv_sass import sass_stats
+
+    try:
+        k12 = kda_wy_sass.compile_fwddiag("012", 32, 1, 2)
+        k15, k15w = (kda_wy_sass.compile_fwddiag("015", 32, 1, 2, e) for e in (8, 16))
+    except FileNotFoundError as exc:
+        pytest.skip(f"this Triton has no sm90 tools: {exc}")
+    s12, s15, s15w = (sass_stats(k.asm["cubin"]) for k in (k12, k15, k15w))
+    assert s12["stack"] == s15["stack"] == 0 and s15w["stack"] > 0, (s12, s15, s15w)
+    n12, n15 = (kda_wy_sass.resident(s["regs"], k.metadata.shared, 1)
+                for s, k in ((s12, k12), (s15, k15)))  # fmt: skip
+    assert s15["regs"] > 200 > s12["regs"] and n15 < n12, (s12, s15, n12, n15)
 
 
 @pytest.mark.slow
@@ -102,7 +126,9 @@ def test_resident_programs_per_sm() -> None:
     assert kda_wy_sass.resident(255, 66560, 8) == 1
 
 
-@pytest.mark.parametrize("args", [["003"], ["007", "--stage", "fwdho"]])
+@pytest.mark.parametrize(
+    "args", [["003"], ["007", "--stage", "fwdho"], ["014", "--stage", "fwddiag"]]
+)
 def test_sass_tool_refuses_an_idea_without_the_kernel(args) -> None:
     proc = subprocess.run(
         [sys.executable, str(ROOT / "tools" / "kda_wy_sass.py"), *args],

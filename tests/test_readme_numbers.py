@@ -71,7 +71,13 @@ def test_readme_research_numbers_are_the_committed_records() -> None:
     kda9 = "ladder/kernels/kda/ideas/009-bwd-gate-tail/records/"
     kda12 = "ladder/kernels/kda/ideas/012-fwd-diag-anchored/records/"
     kda14 = "ladder/kernels/kda/ideas/014-intra-reg-cap/records/"
+    kda15 = "ladder/kernels/kda/ideas/015-diag-exact-tile/records/"
     rows = [
+        (kda14 + "20261204T194602Z-5d0fda72.json", "t2048", "| 014 at t2048 B16 T2048 |", 3, 3),
+        (kda14 + "20261204T194602Z-5d0fda72.json", "neg-eigval", "| 014 at neg-eigval B4 T4000", 3, 3),
+        (kda14 + "20261204T194602Z-5d0fda72.json", "deep-gate", "| 014 at deep-gate B4 T4000", 3, 3),
+        (kda15 + "20261204T195932Z-2bf91e9f.json", "deep-gate", "| 015 at deep-gate B4 T4000", 3, 3),
+        (kda15 + "20261204T195932Z-2bf91e9f.json", "neg-eigval", "| 015 at neg-eigval B4 T4000", 3, 3),
         (kda14 + "20261204T151500Z-5d0fda72.json", "prod", "| 014 at prod B16 T8192 H16 K128 V256 (promoted", 3, 2),
         (kda12 + "20261203T114202Z-e5db58d3.json", "prod", "| 012 at prod B16 T8192 H16 K128 V256 |", 3, 2),
         (kda12 + "20261204T062921Z-e5db58d3.json", "t2048", "| 012 at t2048 B16 T2048 |", 3, 3),
@@ -208,22 +214,17 @@ def test_readme_quotes_the_promoted_kda_profile() -> None:
         assert quoted in readme, quoted
 
 
-def test_readme_quotes_the_kda_012_sweep_output() -> None:
-    """012's sweep ratios README quotes are the printed bench table's (its record was lost)."""
+def test_readme_quotes_the_kda_014_sweep_record() -> None:
+    """The sweep ratios README's kda paragraph quotes are 014's sweep record's."""
     readme = " ".join((ROOT / "README.md").read_text().split())
-    text = (ROOT / "docs" / "results" / "kda-012-sweep-h200-20261203.txt").read_text()
-    rows = {}
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.split("│")[1:-1]]
-        if len(cells) == 15:
-            assert cells[11] == "yes", line  # correct against the fp64 oracle
-            rows[cells[0]] = cells
-    assert set(rows) == {"deep-gate", "neg-eigval", "t2048"}
+    path = "ladder/kernels/kda/ideas/014-intra-reg-cap/records/20261204T194602Z-5d0fda72.json"
+    t, neg, deep = (_shape(path, n) for n in ("t2048", "neg-eigval", "deep-gate"))
     assert (
-        f"forward+backward {rows['t2048'][9]}x at t2048, {rows['neg-eigval'][9]}x at neg-eigval "
-        f"(beta near 2) and {rows['deep-gate'][9]}x at deep-gate, where the forward is slower "
-        f"than fla's ({rows['deep-gate'][3]}x)"
+        f"it is {t['fwdbwd']['ratio']:.3f}x at t2048 (B16 T2048; forward {t['fwd']['ratio']:.3f}x, "
+        f"backward {t['bwd']['ratio']:.3f}x), {neg['fwdbwd']['ratio']:.3f}x at neg-eigval (beta near "
+        f"2) and {deep['fwdbwd']['ratio']:.3f}x at deep-gate"
     ) in readme
+    assert f"slower than fla's ({deep['fwd']['ratio']:.3f}x:" in readme
 
 
 def test_readme_quotes_the_cconv_012_host_report() -> None:

@@ -17,6 +17,9 @@ most 64 warps).
 `--stage intra` compiles the backward intra-chunk kernel of kda/003 (one program per
 sub-chunk), kda/013 (one per chunk) or kda/014 (kda/003's under a register cap) at each BK,
 warps, stages[, maxnreg], dense batch.
+`--stage fwddiag` compiles the forward's diagonal-tile kernel (``intra_fwd.kda_fwd_diag_kernel``)
+of kda/012 or kda/015 at each BK, warps, stages[, exact_bk] (exact_bk: kda/015's exact path's
+K step), dense batch, bf16 q and k.
 `--stage fwdho` compiles an idea's ``fwd.chunk_kda_fwd_kernel_h_o`` (kda/008) at each
 BV, warps, stages, at the same sizes, with no initial or final state.
 Without `--launch` each idea compiles at its own knob values (defaults, or the KDA_*
@@ -52,6 +55,8 @@ FWDHO_POINTERS = dict(q="*bf16", kg="*bf16", w="*bf16", u="*bf16", gk="*fp32", A
 INTRA_POINTERS = dict(q="*bf16", k="*bf16", g="*fp32", beta="*bf16", dAqk="*fp32", dAkk="*fp32",
                       dq="*fp32", dk="*fp32", dg="*fp32", dq2="*fp32", dk2="*fp32", dg2="*fp32",
                       db2="*fp32", cu_seqlens="*i64", chunk_indices="*i64")  # fmt: skip
+FWDDIAG_POINTERS = dict(q="*bf16", k="*bf16", g="*fp32", beta="*bf16", Aqk="*bf16",
+                        Akkd="*fp32", cu_seqlens="*i64", chunk_indices="*i64")  # fmt: skip
 INTRA_KERNELS = {
     "003": "kda_bwd_intra_kernel",
     "013": "kda_bwd_intra_chunk_kernel",
@@ -125,6 +130,23 @@ def compile_intra(idea: str, bk: int, warps: int, stages: int, maxnreg: int | No
     return _compile_sm90(fn, INTRA_POINTERS, consts, options, scalars=dict(T="i32", NTOK="i32"))
 
 
+def compile_fwddiag(idea: str, bk: int, warps: int, stages: int, exact_bk: int | None = None):
+    """Triton's compiled forward diagonal-tile kernel of a kda idea (kda/012, kda/015) for sm90
+    at prod's sizes, dense batch, launched as its wrapper does; exact_bk (kda/015's exact
+    path's K step) defaults to the idea's knob and is refused for an idea without one."""
+    import ladder  # noqa: F401  (the idea import finder)
+
+    fn = _idea_kernel(idea, "intra_fwd", "kda_fwd_diag_kernel")
+    mod = importlib.import_module(f"ladder.kernels.kda.ideas.i{idea.lstrip('i')}.intra_fwd")
+    consts = dict(H=16, HV=16, K=128, BK=bk, BT=64, BC=16, LIMIT=mod.LIMIT, IS_VARLEN=False)
+    if "EXACT_BK" in fn.arg_names:
+        consts["EXACT_BK"] = exact_bk or mod.EXACT_BK
+    elif exact_bk:
+        raise AttributeError(f"kda idea {idea}'s diagonal kernel has no exact_bk")
+    options = {"num_warps": warps, "num_stages": stages}
+    return _compile_sm90(fn, FWDDIAG_POINTERS, consts, options, scalars=dict(scale="fp32", T="i32"))
+
+
 def resident(regs: int, smem: int, warps: int) -> int:
     """Programs of this size that fit on one H200 SM at once (registers are allocated per
     warp in units of 256)."""
@@ -135,13 +157,17 @@ def resident(regs: int, smem: int, warps: int) -> int:
 def idea_launch(idea: str, stage: str) -> list[int]:
     """The launch an idea's module reads from its knobs (defaults or the KDA_* environment):
     wy [BK, BV, warps, stages] plus maxnreg when the idea caps it; intra [BK, warps, stages]
-    plus maxnreg likewise; fwdho [BV, warps, stages]."""
+    plus maxnreg likewise; fwdho [BV, warps, stages]; fwddiag [BK, warps, stages] plus exact_bk
+    when the idea has one."""
     import ladder  # noqa: F401  (the idea import finder)
 
-    module = {"wy": "wy", "intra": "intra"}.get(stage, "fwd")
+    module = {"wy": "wy", "intra": "intra", "fwddiag": "intra_fwd"}.get(stage, "fwd")
     mod = importlib.import_module(f"ladder.kernels.kda.ideas.i{idea.lstrip('i')}.{module}")
     if stage == "fwdho":
         return [mod.BV, mod.NUM_WARPS, mod.NUM_STAGES]
+    if stage == "fwddiag":
+        exact = getattr(mod, "EXACT_BK", 0)
+        return [mod.BK, mod.NUM_WARPS, mod.NUM_STAGES, *([exact] if exact else [])]
     cap = getattr(mod, "MAXNREG", 0)
     tiles = [mod.BK, mod.BV] if stage == "wy" else [mod.BK]
     return [*tiles, mod.NUM_WARPS, mod.NUM_STAGES, *([cap] if cap else [])]
@@ -152,19 +178,21 @@ def main(
     launch: list[str] = typer.Option(
         None,
         help="wy: BK,BV,warps,stages[,maxnreg]; fwdho: BV,warps,stages; "
-        "intra: BK,warps,stages[,maxnreg] (repeatable)",
+        "intra: BK,warps,stages[,maxnreg]; fwddiag: BK,warps,stages[,exact_bk] (repeatable)",
     ),
     stage: str = typer.Option(
         "wy",
-        help="wy (the fused WY backward), fwdho (kda/008) or intra (kda/003, kda/013, kda/014)",
+        help="wy (the fused WY backward), fwdho (kda/008), intra (kda/003, kda/013, kda/014) "
+        "or fwddiag (kda/012, kda/015)",
     ),
 ) -> None:
     """Print registers, stack, shared memory, static SASS count and programs per SM, at each
     --launch, or without one at each idea's own knob values."""
-    if stage not in ("wy", "fwdho", "intra"):
-        raise typer.BadParameter(f"--stage {stage!r}: wy, fwdho or intra")
+    if stage not in ("wy", "fwdho", "intra", "fwddiag"):
+        raise typer.BadParameter(f"--stage {stage!r}: wy, fwdho, intra or fwddiag")
     form, counts = {"wy": ("BK,BV,warps,stages[,maxnreg]", (4, 5)),
-                    "intra": ("BK,warps,stages[,maxnreg]", (3, 4))}.get(stage, ("BV,warps,stages", (3,)))  # fmt: skip
+                    "intra": ("BK,warps,stages[,maxnreg]", (3, 4)),
+                    "fwddiag": ("BK,warps,stages[,exact_bk]", (3, 4))}.get(stage, ("BV,warps,stages", (3,)))  # fmt: skip
     try:
         for spec in launch or [None]:  # no --launch: each idea at its own knob values
             given = None
@@ -187,6 +215,12 @@ def main(
                     maxnreg = parts[3] if len(parts) == 4 else None
                     k = compile_intra(idea, bk, warps, stages, maxnreg)
                     what = f"BK {bk} warps {warps} stages {stages} maxnreg {maxnreg or '-'}"
+                elif stage == "fwddiag":
+                    bk, warps, stages = parts[:3]
+                    own = idea_launch(idea, "fwddiag")  # the idea's exact_bk, if it has one
+                    exact_bk = parts[3] if len(parts) == 4 else (own[3] if len(own) == 4 else None)
+                    k = compile_fwddiag(idea, bk, warps, stages, exact_bk)
+                    what = f"BK {bk} warps {warps} stages {stages} exact_bk {exact_bk or '-'}"
                 else:
                     bv, warps, stages = parts
                     k = compile_fwdho(idea, bv, warps, stages)
