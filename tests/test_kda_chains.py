@@ -23,7 +23,7 @@ import pytest
 
 from tests.interpreted import run_interpreted
 
-IDEAS = ("004", "005", "006", "007", "008", "009", "010", "011", "012", "013", "014", "015")
+IDEAS = ("004", "005", "006", "007", "008", "009", "010", "011", "012", "013", "014", "015", "016")
 
 SCRIPT = textwrap.dedent(
     r"""

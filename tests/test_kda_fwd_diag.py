@@ -1,9 +1,10 @@
-"""kda/012's and kda/015's forward intra-chunk stage (`intra_fwd.fwd_intra`: the diagonal-tile kernel, then fla's
-off-diagonal/solve and w/u kernels) on Triton's CPU interpreter, in fp32: against a float64
-evaluation of the stage's definition (tests/kda_fwd_intra_ref.py) and against fla 0.6.0's
-`chunk_kda_fwd_intra`, on the products, on the exact loop and on both mixed, with gates deep
-enough (20 log2 units a token) that every row past the first few leaves the products' range;
-for causality; and, with safe_gate, as fla's own stage bit for bit.
+"""kda/012's, kda/015's and kda/016's forward intra-chunk stage (`intra_fwd.fwd_intra`: the
+diagonal-tile kernel(s), then fla's off-diagonal/solve and w/u kernels) on Triton's CPU
+interpreter, in fp32: against a float64 evaluation of the stage's definition
+(tests/kda_fwd_intra_ref.py) and against fla 0.6.0's `chunk_kda_fwd_intra`, on the products,
+on the exact path and on both mixed, with gates deep enough (20 log2 units a token) that
+every row past the first few leaves the products' range; for causality; and, with safe_gate,
+as fla's own stage bit for bit.
 
 fp32 inputs: Triton 3.6's interpreter computes bf16 tensor-core products wrongly
 (tests/test_kda_wy.py). Runs in a subprocess (`tests.interpreted.run_interpreted`).
@@ -31,7 +32,7 @@ SCRIPT = textwrap.dedent(
     fla_on_the_interpreter()
     from fla.ops.kda.chunk_intra import chunk_kda_fwd_intra
     diag = importlib.import_module(f"ladder.kernels.kda.ideas.i{sys.argv[1]}.intra_fwd")
-    if len(sys.argv) > 2:  # kda/015's exact path's K step
+    if len(sys.argv) > 2:  # kda/015's and kda/016's exact path's K step
         diag.EXACT_BK = int(sys.argv[2])
     from tests.kda_fwd_intra_ref import errors, inputs, lower_mask, reference
 
@@ -96,11 +97,13 @@ SCRIPT = textwrap.dedent(
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "idea", [("012",), ("015",), ("015", "32")], ids=["012", "015", "015-exact-bk32"]
+    "idea",
+    [("012",), ("015",), ("015", "32"), ("016",), ("016", "32")],
+    ids=["012", "015", "015-exact-bk32", "016", "016-exact-bk32"],
 )
 def test_fwd_diag_matches_the_float64_definition_and_fla_on_every_path(idea) -> None:
-    # kda/015 at its exact K step 8 (K 48 in three steps) and 32 (K 48 in a full and a
-    # masked step; K 32 in one)
+    # kda/015 and kda/016 at their exact K step 8 (K 48 in three steps) and 32 (K 48 in a
+    # full and a masked step; K 32 in one)
     out = run_interpreted(SCRIPT, *idea)
     causal = out.pop("causal")
     assert causal == {"Aqk_same": True, "Akk_same": True, "w_same": True,

@@ -18,8 +18,8 @@ most 64 warps).
 sub-chunk), kda/013 (one per chunk) or kda/014 (kda/003's under a register cap) at each BK,
 warps, stages[, maxnreg], dense batch.
 `--stage fwddiag` compiles the forward's diagonal-tile kernel (``intra_fwd.kda_fwd_diag_kernel``)
-of kda/012 or kda/015 at each BK, warps, stages[, exact_bk] (exact_bk: kda/015's exact path's
-K step), dense batch, bf16 q and k.
+of kda/012, kda/015 or kda/016 at each BK, warps, stages[, exact_bk] (exact_bk: kda/015's
+exact path's K step; kda/016's products kernel has none), dense batch, bf16 q and k.
 `--stage fwdho` compiles an idea's ``fwd.chunk_kda_fwd_kernel_h_o`` (kda/008) at each
 BV, warps, stages, at the same sizes, with no initial or final state.
 Without `--launch` each idea compiles at its own knob values (defaults, or the KDA_*
@@ -56,7 +56,8 @@ INTRA_POINTERS = dict(q="*bf16", k="*bf16", g="*fp32", beta="*bf16", dAqk="*fp32
                       dq="*fp32", dk="*fp32", dg="*fp32", dq2="*fp32", dk2="*fp32", dg2="*fp32",
                       db2="*fp32", cu_seqlens="*i64", chunk_indices="*i64")  # fmt: skip
 FWDDIAG_POINTERS = dict(q="*bf16", k="*bf16", g="*fp32", beta="*bf16", Aqk="*bf16",
-                        Akkd="*fp32", cu_seqlens="*i64", chunk_indices="*i64")  # fmt: skip
+                        Akkd="*fp32", First="*i32", cu_seqlens="*i64",
+                        chunk_indices="*i64")  # fmt: skip
 INTRA_KERNELS = {
     "003": "kda_bwd_intra_kernel",
     "013": "kda_bwd_intra_chunk_kernel",
@@ -144,7 +145,8 @@ def compile_fwddiag(idea: str, bk: int, warps: int, stages: int, exact_bk: int |
     elif exact_bk:
         raise AttributeError(f"kda idea {idea}'s diagonal kernel has no exact_bk")
     options = {"num_warps": warps, "num_stages": stages}
-    return _compile_sm90(fn, FWDDIAG_POINTERS, consts, options, scalars=dict(scale="fp32", T="i32"))
+    pointers = {n: t for n, t in FWDDIAG_POINTERS.items() if n in fn.arg_names}
+    return _compile_sm90(fn, pointers, consts, options, scalars=dict(scale="fp32", T="i32"))
 
 
 def resident(regs: int, smem: int, warps: int) -> int:
@@ -165,8 +167,9 @@ def idea_launch(idea: str, stage: str) -> list[int]:
     mod = importlib.import_module(f"ladder.kernels.kda.ideas.i{idea.lstrip('i')}.{module}")
     if stage == "fwdho":
         return [mod.BV, mod.NUM_WARPS, mod.NUM_STAGES]
-    if stage == "fwddiag":
-        exact = getattr(mod, "EXACT_BK", 0)
+    if stage == "fwddiag":  # exact_bk when the diagonal kernel itself takes it (kda/015)
+        takes = "EXACT_BK" in _jit(mod.kda_fwd_diag_kernel).arg_names
+        exact = getattr(mod, "EXACT_BK", 0) if takes else 0
         return [mod.BK, mod.NUM_WARPS, mod.NUM_STAGES, *([exact] if exact else [])]
     cap = getattr(mod, "MAXNREG", 0)
     tiles = [mod.BK, mod.BV] if stage == "wy" else [mod.BK]

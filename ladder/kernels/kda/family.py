@@ -143,6 +143,8 @@ VENDOR = {
         "014-intra-reg-cap": {"kernel": "chain14", "intra": "intra14"},
         # 014 with the forward diagonal kernel's exact path a whole tile per step of K
         "015-diag-exact-tile": {"kernel": "chain15", "intra_fwd": "intrafwd15"},
+        # 014 with those exact rows in a second launch after the products' kernel
+        "016-diag-exact-launch": {"kernel": "chain16", "intra_fwd": "intrafwd16"},
     },
 }
 
