@@ -72,12 +72,15 @@ def test_readme_research_numbers_are_the_committed_records() -> None:
     kda12 = "ladder/kernels/kda/ideas/012-fwd-diag-anchored/records/"
     kda14 = "ladder/kernels/kda/ideas/014-intra-reg-cap/records/"
     kda15 = "ladder/kernels/kda/ideas/015-diag-exact-tile/records/"
+    kda16 = "ladder/kernels/kda/ideas/016-diag-exact-launch/records/"
     rows = [
         (kda14 + "20261204T194602Z-5d0fda72.json", "t2048", "| 014 at t2048 B16 T2048 |", 3, 3),
         (kda14 + "20261204T194602Z-5d0fda72.json", "neg-eigval", "| 014 at neg-eigval B4 T4000", 3, 3),
         (kda14 + "20261204T194602Z-5d0fda72.json", "deep-gate", "| 014 at deep-gate B4 T4000", 3, 3),
         (kda15 + "20261204T195932Z-2bf91e9f.json", "deep-gate", "| 015 at deep-gate B4 T4000", 3, 3),
         (kda15 + "20261204T195932Z-2bf91e9f.json", "neg-eigval", "| 015 at neg-eigval B4 T4000", 3, 3),
+        (kda16 + "20261204T204041Z-b7f42b87.json", "deep-gate", "| 016 at deep-gate B4 T4000", 3, 3),
+        (kda16 + "20261204T204041Z-b7f42b87.json", "neg-eigval", "| 016 at neg-eigval B4 T4000", 3, 3),
         (kda14 + "20261204T151500Z-5d0fda72.json", "prod", "| 014 at prod B16 T8192 H16 K128 V256 (promoted", 3, 2),
         (kda12 + "20261203T114202Z-e5db58d3.json", "prod", "| 012 at prod B16 T8192 H16 K128 V256 |", 3, 2),
         (kda12 + "20261204T062921Z-e5db58d3.json", "t2048", "| 012 at t2048 B16 T2048 |", 3, 3),
