@@ -132,9 +132,9 @@ def compile_intra(idea: str, bk: int, warps: int, stages: int, maxnreg: int | No
 
 
 def compile_fwddiag(idea: str, bk: int, warps: int, stages: int, exact_bk: int | None = None):
-    """Triton's compiled forward diagonal-tile kernel of a kda idea (kda/012, kda/015) for sm90
-    at prod's sizes, dense batch, launched as its wrapper does; exact_bk (kda/015's exact
-    path's K step) defaults to the idea's knob and is refused for an idea without one."""
+    """Triton's compiled forward diagonal-tile kernel of a kda idea (kda/012, kda/015, kda/016)
+    for sm90 at prod's sizes, dense batch, launched as its wrapper does; exact_bk (kda/015's
+    exact path's K step) defaults to the idea's knob and is refused for a kernel without one."""
     import ladder  # noqa: F401  (the idea import finder)
 
     fn = _idea_kernel(idea, "intra_fwd", "kda_fwd_diag_kernel")
@@ -186,7 +186,7 @@ def main(
     stage: str = typer.Option(
         "wy",
         help="wy (the fused WY backward), fwdho (kda/008), intra (kda/003, kda/013, kda/014) "
-        "or fwddiag (kda/012, kda/015)",
+        "or fwddiag (kda/012, kda/015, kda/016)",
     ),
 ) -> None:
     """Print registers, stack, shared memory, static SASS count and programs per SM, at each
