@@ -42,10 +42,11 @@ def reference(q, k, v, g, beta, scale, bounds):
     return w, u, kg, Aqk, Akk
 
 
-def inputs(B, H, HV, K, V, lens, per_token):
+def inputs(B, H, HV, K, V, lens, per_token, rise=0.0):
     """fp32 inputs of the stage (seed 0) and their sequence bounds; lens: one length per
     sequence (B == 1 and several: a packed batch)."""
-    # per_token: the gate's mean depth per token (log2 units), drawn U(0, 2 per_token)
+    # per_token: the gate's mean depth per token (log2 units), drawn U(0, 2 per_token); rise:
+    # a step up of U(0, rise) added to every token's step (rise > 0: a gate that can rise)
     torch.manual_seed(0)
     packed = B == 1 and len(lens) > 1
     T = sum(lens) if packed else lens[0]
@@ -54,6 +55,8 @@ def inputs(B, H, HV, K, V, lens, per_token):
     v = torch.randn(B, T, HV, V)
     beta = torch.rand(B, T, HV) * 2  # up to the neg-eigval bound
     steps = -torch.rand(B, T, HV, K) * 2 * per_token
+    if rise:
+        steps = steps + torch.rand(B, T, HV, K) * rise
     cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist()) if packed else None
     seqs = [(int(cu[i]), int(cu[i + 1])) for i in range(len(lens))] if packed else [(0, T)]
     g = torch.zeros_like(steps)

@@ -1,10 +1,11 @@
-"""kda/012's, kda/015's and kda/016's forward intra-chunk stage (`intra_fwd.fwd_intra`: the
-diagonal-tile kernel(s), then fla's off-diagonal/solve and w/u kernels) on Triton's CPU
-interpreter, in fp32: against a float64 evaluation of the stage's definition
-(tests/kda_fwd_intra_ref.py) and against fla 0.6.0's `chunk_kda_fwd_intra`, on the products,
-on the exact path and on both mixed, with gates deep enough (20 log2 units a token) that
-every row past the first few leaves the products' range; for causality; and, with safe_gate,
-as fla's own stage bit for bit.
+"""kda/012's, kda/015's, kda/016's and kda/017's forward intra-chunk stage
+(`intra_fwd.fwd_intra`: the diagonal-tile kernel(s), then fla's off-diagonal/solve and w/u
+kernels) on Triton's CPU interpreter, in fp32: against a float64 evaluation of the stage's
+definition (tests/kda_fwd_intra_ref.py) and against fla 0.6.0's `chunk_kda_fwd_intra`, on
+the products, on the exact path and on both mixed, with gates deep enough (20 log2 units a
+token) that every row past the first few leaves the first anchor's range, and with a gate
+that rises; which path those rows take; for causality; and, with safe_gate, as fla's own
+stage bit for bit.
 
 fp32 inputs: Triton 3.6's interpreter computes bf16 tensor-core products wrongly
 (tests/test_kda_wy.py). Runs in a subprocess (`tests.interpreted.run_interpreted`).
@@ -43,24 +44,58 @@ SCRIPT = textwrap.dedent(
         "mixed": (1, 1, 1, 32, 32, [128], 6.0),
         "gva-varlen": (1, 1, 2, 32, 16, [1, 64, 2, 80, 3], 1.0),
         "k48": (1, 1, 1, 48, 32, [70], 10.0),
+        # a gate that falls deep and rises by up to 8 log2 units a token: kda/017's segments
+        # meet columns above their anchor and hand those rows to the exact loop
+        "rising": (1, 1, 1, 32, 32, [96], 20.0, 8.0),
     }
     out = {}
-    for name, (B, H, HV, K, V, lens, depth) in cases.items():
-        q, k, v, g, beta, scale, cu, ci, bounds = inputs(B, H, HV, K, V, lens, depth)
+    for name, (B, H, HV, K, V, lens, depth, *rise) in cases.items():
+        q, k, v, g, beta, scale, cu, ci, bounds = inputs(B, H, HV, K, V, lens, depth, *rise)
         ref = reference(q, k, v, g, beta, scale, bounds)
         res = {}
         modes = [("default", 112.0), ("all-exact", -1.0)]
         if depth <= 1.0:  # every row on the products
             modes.append(("all-products", 1e30))
+        aqk = {}
         for mode, limit in modes:
             diag.LIMIT = limit
             o = diag.fwd_intra(q, k, v, g, beta, scale, cu_seqlens=cu, chunk_indices=ci)
             res[mode] = errors((o[0], o[1], o[3], o[4], o[5]), ref, bounds)
+            aqk[mode] = o[4]
         diag.LIMIT = 112.0
+        if name == "deep":
+            # rows past their sub-chunk's first anchor's range (or after such a row): the
+            # share whose Aqk row is not bit for bit the all-exact mode's (0 where they take
+            # the exact path, near 1 where they take anchored products)
+            T = g.shape[1]
+            a0 = torch.arange(T) // 16 * 16
+            past = ((g[0, :, 0] - g[0, a0, 0]).abs().amax(-1) > 112.0).int()
+            past = torch.cat([past[i:i + 16].cumsum(0) > 0 for i in range(0, T, 16)])
+            low = lower_mask(aqk["default"], bounds)[0, :, 0]  # above it: never written
+            differs = ((aqk["default"][0, :, 0] != aqk["all-exact"][0, :, 0]) & low).any(-1)
+            out["past_first_range"] = [int(past.sum()), float(differs[past].float().mean())]
         f = chunk_kda_fwd_intra(q=q, k=k, v=v, gk=g, beta=beta, scale=scale, cu_seqlens=cu,
                                 chunk_size=64, chunk_indices=ci)
         res["fla"] = errors((f[0], f[1], f[3], f[4], f[5]), ref, bounds)
         out[name] = res
+
+    # a cliff: channel 0 falls 115 log2 units at row 1 and climbs back at row 2 (beta 0 from
+    # row 2 on keeps A, and so the solve, finite). A segment anchored at row 1 or 2 would
+    # need a factor of 2^115, past the clip at 2^LIMIT: rows from 2 on must take the exact
+    # path, where fla's Aqk holds entries near 2^115
+    q, k, v, g, beta, scale, cu, ci, bounds = inputs(1, 1, 1, 32, 16, [16], 0.0)
+    g[0, :, 0, 0] = torch.tensor([0.0, -115.0] + [-float(i) for i in range(14)])
+    beta[0, 2:] = 0.0
+    ref = reference(q, k, v, g, beta, scale, bounds)
+    res = {}
+    for mode, limit in [("default", 112.0), ("all-exact", -1.0)]:
+        diag.LIMIT = limit
+        o = diag.fwd_intra(q, k, v, g, beta, scale)
+        res[mode] = errors((o[0], o[1], o[3], o[4], o[5]), ref, bounds)
+    diag.LIMIT = 112.0
+    f = chunk_kda_fwd_intra(q=q, k=k, v=v, gk=g, beta=beta, scale=scale, chunk_size=64)
+    res["fla"] = errors((f[0], f[1], f[3], f[4], f[5]), ref, bounds)
+    out["cliff"] = res
 
     # causality: a later token of the same sub-chunk changes no earlier row, bit for bit
     q, k, v, g, beta, scale, cu, ci, bounds = inputs(1, 1, 1, 32, 32, [64], 6.0)
@@ -98,18 +133,22 @@ SCRIPT = textwrap.dedent(
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "idea",
-    [("012",), ("015",), ("015", "32"), ("016",), ("016", "32")],
-    ids=["012", "015", "015-exact-bk32", "016", "016-exact-bk32"],
+    [("012",), ("015",), ("015", "32"), ("016",), ("016", "32"), ("017",)],
+    ids=["012", "015", "015-exact-bk32", "016", "016-exact-bk32", "017"],
 )
 def test_fwd_diag_matches_the_float64_definition_and_fla_on_every_path(idea) -> None:
     # kda/015 and kda/016 at their exact K step 8 (K 48 in three steps) and 32 (K 48 in a
     # full and a masked step; K 32 in one)
     out = run_interpreted(SCRIPT, *idea)
+    n_past, differs = out.pop("past_first_range")
+    assert n_past > 40, n_past  # the deep case's 130 rows: most past the first anchor's range
+    # kda/017 takes those rows by further anchored passes; the others by their exact path
+    assert differs > 0.9 if idea[0] == "017" else differs == 0.0, (idea, differs)
     causal = out.pop("causal")
     assert causal == {"Aqk_same": True, "Akk_same": True, "w_same": True,
                       "later_changed": True}, causal  # fmt: skip
     assert out.pop("safe") == [True] * 6
-    assert set(out) == {"dense-ragged", "deep", "mixed", "gva-varlen", "k48"}
+    assert set(out) == {"dense-ragged", "deep", "mixed", "gva-varlen", "k48", "rising", "cliff"}
     for case, res in out.items():
         want = {"default", "all-exact", "fla"}
         if case in ("dense-ragged", "gva-varlen"):

@@ -100,6 +100,28 @@ def test_015s_exact_tile_path_costs_the_diagonal_kernel_registers() -> None:
 
 
 @pytest.mark.slow
+def test_017s_passes_keep_012s_programs_per_sm_at_one_stage_only() -> None:
+    """The static compile behind kda/017's default stages: at BK 32 and 1 warp its diagonal
+    kernel (the anchored passes in a loop) fits as many programs per SM as kda/012's at one
+    pipeline stage, and fewer at two, where kda/012's does not lose any."""
+    import kda_wy_sass
+    from cconv_sass import sass_stats
+
+    try:
+        ks = {(i, st): kda_wy_sass.compile_fwddiag(i, 32, 1, st) for i in ("012", "017")
+              for st in (1, 2)}  # fmt: skip
+    except FileNotFoundError as exc:
+        pytest.skip(f"this Triton has no sm90 tools: {exc}")
+    n = {}
+    for key, kern in ks.items():
+        st = sass_stats(kern.asm["cubin"])
+        assert st["stack"] == 0, (key, st)
+        n[key] = kda_wy_sass.resident(st["regs"], kern.metadata.shared, 1)
+    assert n["017", 1] == n["012", 1] == n["012", 2] > n["017", 2], n
+    assert kda_wy_sass.idea_launch("017", "fwddiag") == [32, 1, 1]  # its source defaults
+
+
+@pytest.mark.slow
 def test_013s_unrolled_intra_kernel_holds_fewer_programs_per_sm_than_003s() -> None:
     """The static compile behind kda/013's NOTES.md: at BK 32 and 2 warps kda/003's kernel
     needs 168 registers (6 programs per SM), kda/013's unrolled one more, so fewer fit."""
@@ -166,6 +188,9 @@ def test_bench_parse_launch_maps_knobs() -> None:
     assert kda_stage_bench.parse_launch("16,2,4,1", "fwdintra") == dict(
         BK=16, NUM_WARPS=2, SOLVE_WARPS=4, FUSE_WU=1
     )
+    assert kda_stage_bench.parse_launch("32,1,1,0,1", "fwdintra") == dict(
+        BK=32, NUM_WARPS=1, SOLVE_WARPS=1, FUSE_WU=0, NUM_STAGES=1
+    )
     # the knob globals the tool sets are the ones the ideas' modules read
     from ladder.kernels.kda.ideas.i005 import wy
     from ladder.kernels.kda.ideas.i006 import dhu
@@ -177,8 +202,11 @@ def test_bench_parse_launch_maps_knobs() -> None:
     assert all(hasattr(fwd, n) for n in kda_stage_bench.KNOBS["fwdho"])
     assert all(hasattr(gate, n) for n in kda_stage_bench.KNOBS["gate"])
     from ladder.kernels.kda.ideas.i011 import intra_fwd
+    from ladder.kernels.kda.ideas.i017 import intra_fwd as intra_fwd17
 
-    assert all(hasattr(intra_fwd, n) for n in kda_stage_bench.KNOBS["fwdintra"])
+    # kda/011 has every fwdintra knob but stages; kda/017's diagonal kernel has stages
+    assert all(hasattr(intra_fwd, n) for n in kda_stage_bench.KNOBS["fwdintra"][:4])
+    assert not hasattr(intra_fwd, "NUM_STAGES") and intra_fwd17.NUM_STAGES in (1, 2)
     assert kda_stage_bench.parse_launch("32,4,2", "intra") == dict(BK=32, NUM_WARPS=4, NUM_STAGES=2)
     assert kda_stage_bench.parse_launch("32,2,2,128", "intra") == dict(
         BK=32, NUM_WARPS=2, NUM_STAGES=2, MAXNREG=128
@@ -222,7 +250,7 @@ def test_bench_parse_launch_maps_knobs() -> None:
         (["006", "--stage", "dhu", "--launch", "64,8"], "three positive ints"),
         (["006", "--stage", "dhu", "--launch", "48,8,3"], "BV 48 is not a power of two"),
         (["006", "--stage", "bogus"], "wy, dhu, fwdho, gate, fwdintra or intra"),
-        (["011", "--stage", "fwdintra", "--launch", "16,2,2"], "four positive ints"),
+        (["011", "--stage", "fwdintra", "--launch", "16,2,2"], "four or five positive ints"),
         (["011", "--stage", "fwdintra", "--launch", "16,2,2,2"], "fuse_wu 2 is not 0 or 1"),
         (["011", "--stage", "fwdintra", "--launch", "16,3,2,0"], "warps 3 is not a power"),
         (["010", "--stage", "fwdintra"], "has no intra_fwd.py"),
@@ -290,6 +318,34 @@ def test_exact_row_share_counts_a_deep_row_and_every_later_row_of_its_tile() -> 
     g[0, 16 + 5, 0, 2] = g[0, 16, 0, 2] - 113.0
     assert kda_stage_bench.exact_row_share(g, 112.0) == 11 / 64
     assert kda_stage_bench.exact_row_share(g, 113.0) == 0.0
+
+
+def test_segment_passes_follow_the_anchors_and_stop_at_a_rise() -> None:
+    import kda_stage_bench
+    import torch
+
+    # four tiles of one head, K 4: flat; falling 10 a row in column 1 (row 12 is 120 below
+    # row 0: segments 0..11 and 12..15); a cliff in column 3 (row 1 115 below, row 2 back:
+    # three passes, the third meeting row 1 below its anchor, so the exact loop); a rise of
+    # 0.5 a row in column 0 (the first segment allows +-limit, so one pass)
+    g = torch.zeros(1, 64, 1, 4)
+    g[0, 16:32, 0, 1] = -10.0 * torch.arange(16.0)
+    g[0, 32:48, 0, 3] = torch.tensor([0.0, -115.0] + [-float(i) for i in range(14)])
+    g[0, 48:64, 0, 0] = 0.5 * torch.arange(16.0)
+    assert kda_stage_bench.segment_passes(g, 112.0, 1.0) == ((1 + 2 + 3 + 1) / 4, 1 / 4)
+    # per K slice of 2 columns: the falling and the cliff tiles' other slice is flat
+    assert kda_stage_bench.segment_passes(g, 112.0, 1.0, bk=2) == ((6 + 2 + 3) / 8, 1 / 8)
+    # kda/018's midpoint pass: a slice whose range is at most `whole` takes one pass (the
+    # cliff's 115 too); the falling slice's 150 takes segments of 64: rows 0..6, 7..13, 14..15
+    assert kda_stage_bench.segment_passes(g, 64.0, 1.0, bk=2, whole=128.0) == (
+        (6 + 3 + 1) / 8,
+        0.0,
+    )
+    # and with a smaller midpoint range the cliff's slice takes segments and stops
+    assert kda_stage_bench.segment_passes(g[:, 32:48], 64.0, 1.0, bk=2, whole=100.0) == (
+        (1 + 3) / 2,
+        1 / 2,
+    )
 
 
 def test_bench_rounds_shuffle_the_order_and_pair_the_ratios() -> None:

@@ -37,18 +37,20 @@ T8192 H16 K128 V256, dense):
   the gate is the shape's, through fla's gate cumsum, so the share of diagonal-tile rows
   that take kda/011's exact loop is the layer's; the report gives it). fla's
   ``chunk_kda_fwd_intra`` against each idea's ``intra_fwd.fwd_intra`` at each launch: BK,
-  warps, solve warps, w/u fused (0/1; kda/012 reads only BK and warps). fla leaves Aqk above
+  warps, solve warps, w/u fused (0/1)[, stages] (kda/012 and later read only BK, warps and
+  stages). fla leaves Aqk above
   the diagonal unwritten (and so does kda/012), so Aqk is compared, and checked for
   determinism, on the lower triangle of each chunk.
 - `--stage intra`: the backward's intra-chunk stage on the same inputs as fwdintra's (the
   named shape's gate), with random score gradients as the WY stage leaves them. fla's
   ``chunk_kda_bwd_intra`` against each idea's ``intra.kda_bwd_intra`` (kda/003, kda/013,
-  kda/014) at each launch: BK, warps, stages, and a register cap for an idea with that knob
-  (kda/014).
+  kda/014, kda/018) at each launch: BK, warps, stages, and a register cap for an idea with
+  that knob (kda/014, kda/018).
 
 fla's function is autotuned at that size in this process on its first call. The launch is
 set through the idea module's knob globals for the call (the same values its knobs give at
-import); a launch with a maxnreg is skipped for an idea without that knob. Without
+import); a launch with a maxnreg, or fwdintra's stages, is skipped for an idea without that
+knob. Without
 `--launch` each idea runs at its own knob values (its defaults, or the KDA_* environment).
 
 `--rounds N` then times fla and every launch that ran N more times, one call of each per
@@ -100,14 +102,14 @@ KNOBS = {
     "dhu": ("BV", "NUM_WARPS", "NUM_STAGES"),
     "fwdho": ("BV", "NUM_WARPS", "NUM_STAGES"),
     "gate": ("BK", "NUM_WARPS"),
-    "fwdintra": ("BK", "NUM_WARPS", "SOLVE_WARPS", "FUSE_WU"),
+    "fwdintra": ("BK", "NUM_WARPS", "SOLVE_WARPS", "FUSE_WU", "NUM_STAGES"),
     "intra": ("BK", "NUM_WARPS", "NUM_STAGES", "MAXNREG"),
 }
 MODULES = {"wy": "wy", "dhu": "dhu", "fwdho": "fwd", "gate": "gate", "fwdintra": "intra_fwd",
            "intra": "intra"}  # fmt: skip
 FORMS = {"wy": "BK,BV,warps,stages[,maxnreg]", "dhu": "BV,warps,stages",
          "fwdho": "BV,warps,stages", "gate": "BK,warps",
-         "fwdintra": "BK,warps,solve_warps,fuse_wu", "intra": "BK,warps,stages[,maxnreg]"}  # fmt: skip
+         "fwdintra": "BK,warps,solve_warps,fuse_wu[,stages]", "intra": "BK,warps,stages[,maxnreg]"}  # fmt: skip
 
 
 def launch_values(launch: dict[str, int], current: dict[str, int]) -> dict[str, int]:
@@ -156,18 +158,19 @@ def parse_launch(spec: str, stage: str = "wy") -> dict[str, int]:
     """The stage's knob globals from a launch string: wy "BK,BV,warps,stages[,maxnreg]" ->
     {"BK", "BV", "NUM_WARPS", "NUM_STAGES"[, "MAXNREG"]}; dhu and fwdho "BV,warps,stages" ->
     {"BV", "NUM_WARPS", "NUM_STAGES"}; gate "BK,warps" -> {"BK", "NUM_WARPS"}; fwdintra
-    "BK,warps,solve_warps,fuse_wu" -> {"BK", "NUM_WARPS", "SOLVE_WARPS", "FUSE_WU"} (fuse_wu 0
-    or 1, the others positive); intra "BK,warps,stages[,maxnreg]" -> {"BK", "NUM_WARPS",
+    "BK,warps,solve_warps,fuse_wu[,stages]" -> {"BK", "NUM_WARPS", "SOLVE_WARPS", "FUSE_WU"[,
+    "NUM_STAGES"]} (fuse_wu 0 or 1, the others positive); intra "BK,warps,stages[,maxnreg]" -> {"BK", "NUM_WARPS",
     "NUM_STAGES"[, "MAXNREG"]}. ValueError naming what is wrong."""
     form = FORMS[stage]
-    counts = {"wy": (4, 5), "gate": (2,), "fwdintra": (4,), "intra": (3, 4)}.get(stage, (3,))
+    counts = {"wy": (4, 5), "gate": (2,), "fwdintra": (4, 5), "intra": (3, 4)}.get(stage, (3,))
     try:
         parts = [int(p) for p in spec.split(",")]
     except ValueError:
         raise ValueError(f"--launch {spec!r}: integers {form}") from None
-    positive = parts[:3] if stage == "fwdintra" else parts
+    positive = parts[:3] + parts[4:] if stage == "fwdintra" else parts
     if len(parts) not in counts or min(positive) < 1:
-        what = {"wy": "four or five", "gate": "two", "fwdintra": "four", "intra": "three or four"}
+        what = {"wy": "four or five", "gate": "two", "fwdintra": "four or five",
+                "intra": "three or four"}  # fmt: skip
         what = what.get(stage, "three")
         raise ValueError(f"--launch {spec!r}: {what} positive ints, {form}")
     if stage == "fwdintra" and parts[3] not in (0, 1):
@@ -369,6 +372,43 @@ def exact_row_share(g, limit: float) -> float:
     return float((drop.int().cumsum(2) > 0).float().mean())
 
 
+def segment_passes(g, limit: float, rise: float, bk: int = 0, whole: float = 0.0):
+    """Anchored passes per diagonal 16-token tile under the segment rule of kda/017's forward
+    diagonal kernel (bk 0: over all K columns) and kda/018's backward one (bk: per K slice
+    of bk columns, and a tile whose range over the slice is at most ``whole`` one midpoint
+    pass): the first segment's rows lie within +-limit of row 0, a later segment's within
+    [-limit, rise] of its first row, each segment one pass; a segment whose earlier rows
+    sit more than rise below its anchor ends the passes (the exact loop takes the rest).
+    Returns (mean passes, share of tiles that reach the exact loop). Dense rows in whole
+    tiles only: g [B, T, HV, K] with T a multiple of 16."""
+    import torch
+
+    B, T, HV, K = g.shape
+    x = g.view(B, T // 16, 16, HV, K).permute(0, 1, 3, 2, 4)  # [B, tiles, HV, 16, K]
+    if bk:
+        x = x.reshape(*x.shape[:4], -1, bk).movedim(-2, 3)  # [B, tiles, HV, slices, 16, bk]
+    x = x.reshape(-1, 16, x.shape[-1]).float()
+    n = x.shape[0]
+    rows = torch.arange(16, device=x.device)
+    a = torch.zeros(n, dtype=torch.long, device=x.device)
+    passes = torch.zeros(n, dtype=torch.long, device=x.device)
+    stopped = torch.zeros(n, dtype=torch.bool, device=x.device)
+    mid = (x.amax(1) - x.amin(1)).amax(-1) <= whole if whole > 0 else torch.zeros_like(stopped)
+    live = ~mid
+    passes += mid.long()
+    while bool(live.any()):
+        passes += live.long()
+        xa = x - x[torch.arange(n, device=x.device), a.clamp(max=15)][:, None, :]
+        hi = torch.where(a == 0, limit, rise)
+        out = (xa.amin(-1) < -limit) | (xa.amax(-1) > hi[:, None])
+        nxt = torch.where((rows >= a[:, None]) & out, rows, 16).amin(1)
+        stop = (nxt == a) | ((xa.amin(-1) < -rise) & (rows < a[:, None])).any(1)
+        stopped |= live & stop
+        a = torch.where(live & ~stop, nxt, a)
+        live = live & ~stop & (a < 16)
+    return float(passes.float().mean()), float(stopped.float().mean())
+
+
 def _chunk_positions(x: dict):
     """Each token's row within its 64-token chunk (of its sequence, for a packed batch)."""
     import torch
@@ -466,7 +506,8 @@ def main(
     launch: list[str] = typer.Option(
         None,
         help="wy: BK,BV,warps,stages[,maxnreg]; dhu, fwdho: BV,warps,stages; gate: BK,warps; "
-        "fwdintra: BK,warps,solve_warps,fuse_wu; intra: BK,warps,stages[,maxnreg] (repeatable)",
+        "fwdintra: BK,warps,solve_warps,fuse_wu[,stages]; intra: BK,warps,stages[,maxnreg] "
+        "(repeatable)",
     ),
     shape: str = typer.Option(
         "prod",
@@ -538,6 +579,16 @@ def main(
         if stage == "fwdintra" and x["cu_seqlens"] is None and T % 16 == 0:
             for idea, mod in mods.items():
                 extra[f"exact_row_share_{idea}"] = exact_row_share(x["g"], mod.LIMIT)
+                if hasattr(mod, "RISE"):  # kda/017's segments
+                    extra[f"passes_{idea}"], extra[f"exact_tile_share_{idea}"] = segment_passes(
+                        x["g"], mod.LIMIT, mod.RISE
+                    )
+        if stage == "intra" and x["cu_seqlens"] is None and T % 16 == 0:
+            for idea, mod in mods.items():
+                if hasattr(mod, "SEG"):  # kda/018's segments, per K slice of its BK
+                    extra[f"passes_{idea}"], extra[f"exact_tile_share_{idea}"] = segment_passes(
+                        x["g"], mod.SEG, mod.RISE, mod.BK, mod.DIAG_RANGE
+                    )
         extra["shape_name"] = shape
     else:
         x = inputs(B, T, H, HV, K, V)
@@ -549,9 +600,11 @@ def main(
     timed_calls: dict[str, Callable[[], object]] = {"fla": fla_call}
     for lp in launches:
         for idea, mod in mods.items():
-            if "MAXNREG" in lp and not hasattr(mod, "MAXNREG"):
+            missing = [n for n in ("MAXNREG", "NUM_STAGES") if n in lp and not hasattr(mod, n)]
+            if missing:  # a launch the idea cannot run as given
+                what = {"MAXNREG": "maxnreg", "NUM_STAGES": "stages"}[missing[0]]
                 typer.echo(
-                    f"{idea} {','.join(str(v) for v in lp.values())}: skipped (no maxnreg knob)"
+                    f"{idea} {','.join(str(v) for v in lp.values())}: skipped (no {what} knob)"
                 )
                 continue
             values = launch_values(

@@ -15,11 +15,12 @@ programs of that size fit on one H200 SM (65,536 registers, 227 KB of shared mem
 most 64 warps).
 
 `--stage intra` compiles the backward intra-chunk kernel of kda/003 (one program per
-sub-chunk), kda/013 (one per chunk) or kda/014 (kda/003's under a register cap) at each BK,
+sub-chunk), kda/013 (one per chunk), kda/014 (kda/003's under a register cap) or kda/018
+(kda/003's with its deep diagonal tiles in segments) at each BK,
 warps, stages[, maxnreg], dense batch.
 `--stage fwddiag` compiles the forward's diagonal-tile kernel (``intra_fwd.kda_fwd_diag_kernel``)
-of kda/012, kda/015 or kda/016 at each BK, warps, stages[, exact_bk] (exact_bk: kda/015's
-exact path's K step; kda/016's products kernel has none), dense batch, bf16 q and k.
+of kda/012 or kda/015 to kda/017 at each BK, warps, stages[, exact_bk] (exact_bk: kda/015's
+exact path's K step; the others' kernels have none), dense batch, bf16 q and k.
 `--stage fwdho` compiles an idea's ``fwd.chunk_kda_fwd_kernel_h_o`` (kda/008) at each
 BV, warps, stages, at the same sizes, with no initial or final state.
 Without `--launch` each idea compiles at its own knob values (defaults, or the KDA_*
@@ -54,7 +55,8 @@ FWDHO_POINTERS = dict(q="*bf16", kg="*bf16", w="*bf16", u="*bf16", gk="*fp32", A
                       o="*bf16", h0="*fp32", ht="*fp32", cu_seqlens="*i64")  # fmt: skip
 INTRA_POINTERS = dict(q="*bf16", k="*bf16", g="*fp32", beta="*bf16", dAqk="*fp32", dAkk="*fp32",
                       dq="*fp32", dk="*fp32", dg="*fp32", dq2="*fp32", dk2="*fp32", dg2="*fp32",
-                      db2="*fp32", cu_seqlens="*i64", chunk_indices="*i64")  # fmt: skip
+                      db2="*fp32", cu_seqlens="*i64", chunk_indices="*i64", Count="*i32",
+                      Queue="*i32")  # fmt: skip
 FWDDIAG_POINTERS = dict(q="*bf16", k="*bf16", g="*fp32", beta="*bf16", Aqk="*bf16",
                         Akkd="*fp32", First="*i32", cu_seqlens="*i64",
                         chunk_indices="*i64")  # fmt: skip
@@ -62,6 +64,7 @@ INTRA_KERNELS = {
     "003": "kda_bwd_intra_kernel",
     "013": "kda_bwd_intra_chunk_kernel",
     "014": "kda_bwd_intra_kernel",  # kda/003's kernel, which 014 launches under a register cap
+    "018": "kda_bwd_intra_kernel",  # kda/003's, its deep diagonal tiles queued
 }
 SM_REGS, SM_SMEM, SM_WARPS = 65536, 227 * 1024, 64
 
@@ -117,8 +120,9 @@ def compile_fwdho(idea: str, bv: int, warps: int, stages: int):
 
 def compile_intra(idea: str, bk: int, warps: int, stages: int, maxnreg: int | None = None):
     """Triton's compiled backward intra-chunk kernel of a kda idea (kda/003's per sub-chunk,
-    kda/013's per chunk, kda/014's kda/003 kernel under a register cap) for sm90 at prod's
-    sizes, dense batch, launched as its wrapper does (maxnreg: the cap, None for none)."""
+    kda/013's per chunk, kda/014's kda/003 kernel under a register cap, kda/018's) for sm90
+    at prod's sizes, dense batch, launched as its wrapper does (maxnreg: the cap, None for
+    none)."""
     name = INTRA_KERNELS.get(idea.lstrip("i"))
     if name is None:
         raise AttributeError(f"kda idea {idea}: --stage intra knows {', '.join(INTRA_KERNELS)}")
@@ -128,11 +132,12 @@ def compile_intra(idea: str, bk: int, warps: int, stages: int, maxnreg: int | No
     options = {"num_warps": warps, "num_stages": stages}
     if maxnreg:
         options["maxnreg"] = maxnreg
-    return _compile_sm90(fn, INTRA_POINTERS, consts, options, scalars=dict(T="i32", NTOK="i32"))
+    pointers = {n: t for n, t in INTRA_POINTERS.items() if n in fn.arg_names}
+    return _compile_sm90(fn, pointers, consts, options, scalars=dict(T="i32", NTOK="i32"))
 
 
 def compile_fwddiag(idea: str, bk: int, warps: int, stages: int, exact_bk: int | None = None):
-    """Triton's compiled forward diagonal-tile kernel of a kda idea (kda/012, kda/015, kda/016)
+    """Triton's compiled forward diagonal-tile kernel of a kda idea (kda/012, kda/015 to 017)
     for sm90 at prod's sizes, dense batch, launched as its wrapper does; exact_bk (kda/015's
     exact path's K step) defaults to the idea's knob and is refused for a kernel without one."""
     import ladder  # noqa: F401  (the idea import finder)
@@ -140,6 +145,8 @@ def compile_fwddiag(idea: str, bk: int, warps: int, stages: int, exact_bk: int |
     fn = _idea_kernel(idea, "intra_fwd", "kda_fwd_diag_kernel")
     mod = importlib.import_module(f"ladder.kernels.kda.ideas.i{idea.lstrip('i')}.intra_fwd")
     consts = dict(H=16, HV=16, K=128, BK=bk, BT=64, BC=16, LIMIT=mod.LIMIT, IS_VARLEN=False)
+    if "RISE" in fn.arg_names:  # kda/017's segments' bound on a rise
+        consts["RISE"] = mod.RISE
     if "EXACT_BK" in fn.arg_names:
         consts["EXACT_BK"] = exact_bk or mod.EXACT_BK
     elif exact_bk:
@@ -185,8 +192,8 @@ def main(
     ),
     stage: str = typer.Option(
         "wy",
-        help="wy (the fused WY backward), fwdho (kda/008), intra (kda/003, kda/013, kda/014) "
-        "or fwddiag (kda/012, kda/015, kda/016)",
+        help="wy (the fused WY backward), fwdho (kda/008), intra (kda/003, 013, 014, 018) "
+        "or fwddiag (kda/012, kda/015 to 017)",
     ),
 ) -> None:
     """Print registers, stack, shared memory, static SASS count and programs per SM, at each

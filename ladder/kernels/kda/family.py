@@ -145,6 +145,10 @@ VENDOR = {
         "015-diag-exact-tile": {"kernel": "chain15", "intra_fwd": "intrafwd15"},
         # 014 with those exact rows in a second launch after the products' kernel
         "016-diag-exact-launch": {"kernel": "chain16", "intra_fwd": "intrafwd16"},
+        # 014 with the rows past the first anchor's range on further anchored passes
+        "017-diag-anchor-segments": {"kernel": "chain17", "intra_fwd": "intrafwd17"},
+        # 017 with the backward's deep diagonal tiles on segments too
+        "018-bwd-diag-segments": {"kernel": "chain18", "intra": "intra18"},
     },
 }
 
