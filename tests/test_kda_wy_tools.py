@@ -122,6 +122,29 @@ def test_017s_passes_keep_012s_programs_per_sm_at_one_stage_only() -> None:
 
 
 @pytest.mark.slow
+def test_018s_first_launch_keeps_003s_registers_and_the_deep_kernel_compiles() -> None:
+    """The static compile behind kda/018's NOTES.md: with the deep tiles queued, its first
+    launch needs no more registers than kda/003's kernel (uncapped) and spills no more at
+    kda/014's cap of 128; the deep tiles' kernel compiles on its own."""
+    import kda_wy_sass
+    from cconv_sass import sass_stats
+
+    try:
+        k = {(i, cap): kda_wy_sass.compile_intra(i, 32, 2, 2, cap) for i in ("003", "018")
+             for cap in (None, 128)}  # fmt: skip
+        deep = kda_wy_sass.compile_intra_deep("018", 32, 2)
+    except FileNotFoundError as exc:
+        pytest.skip(f"this Triton has no sm90 tools: {exc}")
+    st = {key: sass_stats(kern.asm["cubin"]) for key, kern in k.items()}
+    assert st["018", None]["regs"] <= st["003", None]["regs"], st
+    assert st["018", None]["stack"] == st["003", None]["stack"] == 0, st
+    assert st["018", 128]["stack"] <= st["003", 128]["stack"], st
+    assert sass_stats(deep.asm["cubin"])["regs"] > 0
+    with pytest.raises(AttributeError):
+        kda_wy_sass.compile_intra_deep("014", 32, 2)
+
+
+@pytest.mark.slow
 def test_013s_unrolled_intra_kernel_holds_fewer_programs_per_sm_than_003s() -> None:
     """The static compile behind kda/013's NOTES.md: at BK 32 and 2 warps kda/003's kernel
     needs 168 registers (6 programs per SM), kda/013's unrolled one more, so fewer fit."""
@@ -167,6 +190,9 @@ def test_sass_tool_refuses_an_idea_without_the_kernel(args) -> None:
         ("64,x,4,2", "integers"),
         ("48,64,4,2", "BK 48 is not a power of two"),
         ("64,64,0,2", "positive"),
+        ("8,64,4,2", "BK 8 is below 16"),
+        ("64,64,64,2", "warps 64 is past 32"),
+        ("64,64,4,2,7", "maxnreg 7 is not in 32..255"),
     ],
 )
 def test_bench_parse_launch_names_what_is_wrong(spec: str, message: str) -> None:
@@ -174,6 +200,30 @@ def test_bench_parse_launch_names_what_is_wrong(spec: str, message: str) -> None
 
     with pytest.raises(ValueError, match=message):
         kda_stage_bench.parse_launch(spec)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["018", "--stage", "intra", "--launch", "0,2,2"], "BK 0 is not positive"),
+        (["018", "--stage", "intra", "--launch", "256,2,2"], "BK 256 is past 128"),
+        (["018", "--stage", "intra", "--launch", "32,3,2"], "warps 3 is not a power of two"),
+        (["018", "--stage", "intra", "--launch", "32,2,2,7"], "maxnreg 7 is not in 32..255"),
+        (["017", "--stage", "fwddiag", "--launch", "32,1,0"], "stages 0 is not positive"),
+        (["017", "--stage", "fwddiag", "--launch", "8,1,1"], "BK 8 is below 16"),
+        (["017", "--stage", "fwddiag", "--launch", "32,64,1"], "warps 64 is past 32"),
+        (["015", "--stage", "fwddiag", "--launch", "32,1,2,0"], "exact_bk 0 is not positive"),
+    ],
+)
+def test_sass_tool_refuses_a_launch_it_cannot_compile(args, message) -> None:
+    # refused before any compile, in one line, not a Triton traceback or a count of an
+    # empty kernel
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "kda_wy_sass.py"), *args],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    err = " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and message in err and "Traceback" not in err, proc.stderr[-2000:]
 
 
 def test_bench_parse_launch_maps_knobs() -> None:
@@ -318,6 +368,27 @@ def test_exact_row_share_counts_a_deep_row_and_every_later_row_of_its_tile() -> 
     g[0, 16 + 5, 0, 2] = g[0, 16, 0, 2] - 113.0
     assert kda_stage_bench.exact_row_share(g, 112.0) == 11 / 64
     assert kda_stage_bench.exact_row_share(g, 113.0) == 0.0
+
+
+def test_segment_passes_treat_nan_as_the_kernels_do_and_refuse_bad_input() -> None:
+    import kda_stage_bench
+    import torch
+
+    # a NaN exponent ends a segment and, at the next anchor, sends the tile to the exact
+    # loop, as in kda/017's and kda/018's kernels: a NaN gate at row 5 of one tile of two
+    g = torch.zeros(1, 32, 1, 8)
+    g[0, 5, 0, 3] = float("nan")
+    assert kda_stage_bench.segment_passes(g, 112.0, 1.0) == ((2 + 1) / 2, 1 / 2)
+    for bad, message in [
+        (dict(g=torch.zeros(1, 40, 1, 8)), "T 40 is not a multiple of 16"),
+        (dict(g=torch.zeros(1, 32, 1, 100), bk=32), "bk 32 does not divide K 100"),
+        (dict(g=torch.zeros(1, 0, 1, 8)), "non-empty"),
+        (dict(g=torch.zeros(1, 32, 1, 8), limit=0.0), "limit > 0"),
+        (dict(g=torch.zeros(1, 32, 1, 8), rise=-0.5), "rise >= 0"),
+    ]:
+        kw = dict(limit=112.0, rise=1.0) | bad
+        with pytest.raises(ValueError, match=message):
+            kda_stage_bench.segment_passes(**kw)
 
 
 def test_segment_passes_follow_the_anchors_and_stop_at_a_rise() -> None:

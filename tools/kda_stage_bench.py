@@ -184,7 +184,14 @@ def parse_launch(spec: str, stage: str = "wy") -> dict[str, int]:
     for name, n in zip(names, parts):
         if n & (n - 1):
             raise ValueError(f"--launch {spec!r}: {name} {n} is not a power of two")
-    return dict(zip(KNOBS[stage], parts))
+        if name.endswith("warps") and n > 32:
+            raise ValueError(f"--launch {spec!r}: {name} {n} is past 32 (1024 threads)")
+        if name in ("BK", "BV") and stage != "gate" and n < 16:
+            raise ValueError(f"--launch {spec!r}: {name} {n} is below 16 (tl.dot's least K)")
+    values = dict(zip(KNOBS[stage], parts))
+    if not 32 <= values.get("MAXNREG", 32) <= 255:
+        raise ValueError(f"--launch {spec!r}: maxnreg {values['MAXNREG']} is not in 32..255")
+    return values
 
 
 def inputs(B: int, T: int, H: int, HV: int, K: int, V: int, device: str = "cuda") -> dict:
@@ -380,10 +387,22 @@ def segment_passes(g, limit: float, rise: float, bk: int = 0, whole: float = 0.0
     [-limit, rise] of its first row, each segment one pass; a segment whose earlier rows
     sit more than rise below its anchor ends the passes (the exact loop takes the rest).
     Returns (mean passes, share of tiles that reach the exact loop). Dense rows in whole
-    tiles only: g [B, T, HV, K] with T a multiple of 16."""
+    tiles only: g [B, T, HV, K] with T a multiple of 16, bk dividing K; a NaN exponent is
+    out of every range, as in the kernels. ValueError for other shapes, limit <= 0, rise or
+    whole < 0."""
     import torch
 
+    if g.dim() != 4 or g.numel() == 0:
+        raise ValueError(f"segment_passes: g {tuple(g.shape)} is not a non-empty [B, T, HV, K]")
     B, T, HV, K = g.shape
+    if T % 16:
+        raise ValueError(f"segment_passes: T {T} is not a multiple of 16 (whole tiles only)")
+    if bk < 0 or (bk and K % bk):
+        raise ValueError(f"segment_passes: bk {bk} does not divide K {K} into slices")
+    if not (limit > 0 and rise >= 0 and whole >= 0):
+        raise ValueError(
+            f"segment_passes: need limit > 0, rise >= 0, whole >= 0: {limit}, {rise}, {whole}"
+        )
     x = g.view(B, T // 16, 16, HV, K).permute(0, 1, 3, 2, 4)  # [B, tiles, HV, 16, K]
     if bk:
         x = x.reshape(*x.shape[:4], -1, bk).movedim(-2, 3)  # [B, tiles, HV, slices, 16, bk]
@@ -400,9 +419,11 @@ def segment_passes(g, limit: float, rise: float, bk: int = 0, whole: float = 0.0
         passes += live.long()
         xa = x - x[torch.arange(n, device=x.device), a.clamp(max=15)][:, None, :]
         hi = torch.where(a == 0, limit, rise)
-        out = (xa.amin(-1) < -limit) | (xa.amax(-1) > hi[:, None])
+        nan = xa.isnan().any(-1)  # as the kernels: a NaN exponent is out of every range
+        out = (xa.amin(-1) < -limit) | (xa.amax(-1) > hi[:, None]) | nan
         nxt = torch.where((rows >= a[:, None]) & out, rows, 16).amin(1)
-        stop = (nxt == a) | ((xa.amin(-1) < -rise) & (rows < a[:, None])).any(1)
+        low = (xa.amin(-1) < -rise) | nan
+        stop = (nxt == a) | (low & (rows < a[:, None])).any(1)
         stopped |= live & stop
         a = torch.where(live & ~stop, nxt, a)
         live = live & ~stop & (a < 16)
@@ -561,6 +582,12 @@ def main(
         mods[idea] = importlib.import_module(f"ladder.kernels.kda.ideas.i{folder[:3]}.{stem}")
     import torch
 
+    if stage in ("fwdintra", "intra"):  # a mistyped shape is refused on any machine
+        from ladder.kernels.kda import family
+
+        known = [sh.name for group in family.SHAPES.values() for sh in group]
+        if shape not in known:
+            _usage(f"--shape {shape!r}: not a kda shape ({', '.join(known)})")
     if not torch.cuda.is_available():
         _usage("no CUDA GPU (run it on the H200)")
     problem = out_problem(out, "kda-stage-bench.json")
@@ -585,10 +612,13 @@ def main(
                     )
         if stage == "intra" and x["cu_seqlens"] is None and T % 16 == 0:
             for idea, mod in mods.items():
-                if hasattr(mod, "SEG"):  # kda/018's segments, per K slice of its BK
-                    extra[f"passes_{idea}"], extra[f"exact_tile_share_{idea}"] = segment_passes(
-                        x["g"], mod.SEG, mod.RISE, mod.BK, mod.DIAG_RANGE
-                    )
+                if not hasattr(mod, "SEG"):
+                    continue
+                for bk in sorted({lp.get("BK", mod.BK) for lp in launches}):
+                    # kda/018's segments, per K slice of each launch's BK
+                    passes, exact = segment_passes(x["g"], mod.SEG, mod.RISE, bk, mod.DIAG_RANGE)
+                    extra[f"passes_{idea}_bk{bk}"] = passes
+                    extra[f"exact_tile_share_{idea}_bk{bk}"] = exact
         extra["shape_name"] = shape
     else:
         x = inputs(B, T, H, HV, K, V)
@@ -619,6 +649,14 @@ def main(
                 rows.append(dict(idea=idea, **values, error=f"out of resources: {exc}"))
                 typer.echo(
                     f"{idea} {','.join(str(v) for v in values.values())}: does not fit ({exc})"
+                )
+                continue
+            except triton.compiler.errors.CompilationError as exc:
+                # so is a launch the kernel cannot be compiled at (its last line says why)
+                why = str(exc).strip().splitlines()[-1]
+                rows.append(dict(idea=idea, **values, error=f"does not compile: {why}"))
+                typer.echo(
+                    f"{idea} {','.join(str(v) for v in values.values())}: does not compile ({why})"
                 )
                 continue
             same = all((p is None and q is None) or torch.equal(p, q) for p, q in zip(a, b))

@@ -16,7 +16,8 @@ most 64 warps).
 
 `--stage intra` compiles the backward intra-chunk kernel of kda/003 (one program per
 sub-chunk), kda/013 (one per chunk), kda/014 (kda/003's under a register cap) or kda/018
-(kda/003's with its deep diagonal tiles in segments) at each BK,
+(kda/003's with its deep diagonal tiles queued; its deep tiles' kernel printed on a
+second line) at each BK,
 warps, stages[, maxnreg], dense batch.
 `--stage fwddiag` compiles the forward's diagonal-tile kernel (``intra_fwd.kda_fwd_diag_kernel``)
 of kda/012 or kda/015 to kda/017 at each BK, warps, stages[, exact_bk] (exact_bk: kda/015's
@@ -127,13 +128,28 @@ def compile_intra(idea: str, bk: int, warps: int, stages: int, maxnreg: int | No
     if name is None:
         raise AttributeError(f"kda idea {idea}: --stage intra knows {', '.join(INTRA_KERNELS)}")
     fn = _idea_kernel(idea, "intra", name)
-    consts = dict(H=16, HV=16, K=128, BT=64, BC=16, BK=bk, NC=4, NK=128 // bk, IS_VARLEN=False,
+    consts = dict(H=16, HV=16, K=128, BT=64, BC=16, BK=bk, NC=4, NK=-(-128 // bk), IS_VARLEN=False,
                   DIAG_RANGE=128.0)  # fmt: skip
     options = {"num_warps": warps, "num_stages": stages}
     if maxnreg:
         options["maxnreg"] = maxnreg
     pointers = {n: t for n, t in INTRA_POINTERS.items() if n in fn.arg_names}
     return _compile_sm90(fn, pointers, consts, options, scalars=dict(T="i32", NTOK="i32"))
+
+
+def compile_intra_deep(idea: str, bk: int, warps: int):
+    """Triton's compiled deep-tile kernel of a kda idea's backward intra stage (kda/018's
+    ``kda_bwd_intra_deep_kernel``, its second launch) for sm90 at prod's sizes, dense batch;
+    AttributeError for an idea without one."""
+    import ladder  # noqa: F401  (the idea import finder)
+
+    fn = _idea_kernel(idea, "intra", "kda_bwd_intra_deep_kernel")
+    mod = importlib.import_module(f"ladder.kernels.kda.ideas.i{idea.lstrip('i')}.intra")
+    consts = dict(H=16, HV=16, K=128, BT=64, BC=16, BK=bk, NC=4, NK=-(-128 // bk),
+                  IS_VARLEN=False, SEG=mod.SEG, RISE=mod.RISE)  # fmt: skip
+    pointers = {n: t for n, t in INTRA_POINTERS.items() if n in fn.arg_names}
+    return _compile_sm90(fn, pointers, consts, {"num_warps": warps, "num_stages": 2},
+                         scalars=dict(T="i32", NTOK="i32", NBH="i32"))  # fmt: skip
 
 
 def compile_fwddiag(idea: str, bk: int, warps: int, stages: int, exact_bk: int | None = None):
@@ -154,6 +170,30 @@ def compile_fwddiag(idea: str, bk: int, warps: int, stages: int, exact_bk: int |
     options = {"num_warps": warps, "num_stages": stages}
     pointers = {n: t for n, t in FWDDIAG_POINTERS.items() if n in fn.arg_names}
     return _compile_sm90(fn, pointers, consts, options, scalars=dict(scale="fp32", T="i32"))
+
+
+def launch_problem(stage: str, parts: list[int]) -> str | None:
+    """What is wrong with a --launch for the stage (None if nothing): the tiles (BK, BV) powers
+    of two from 16 to the prod size they slice (K 128, V 256), warps a power of two up to
+    32, stages positive, maxnreg 32..255, exact_bk a power of two up to K."""
+    names = {"wy": ("BK", "BV", "warps", "stages", "maxnreg"),
+             "intra": ("BK", "warps", "stages", "maxnreg"),
+             "fwddiag": ("BK", "warps", "stages", "exact_bk")}.get(stage, ("BV", "warps", "stages"))  # fmt: skip
+    top = {"BK": 128, "BV": 256, "warps": 32, "exact_bk": 128}
+    for name, n in zip(names, parts):
+        if name == "maxnreg":
+            if not 32 <= n <= 255:
+                return f"maxnreg {n} is not in 32..255 (leave it out for none)"
+            continue
+        if n < 1:
+            return f"{name} {n} is not positive"
+        if name != "stages" and n & (n - 1):
+            return f"{name} {n} is not a power of two"
+        if name in ("BK", "BV") and n < 16:
+            return f"{name} {n} is below 16 (tl.dot's least K)"
+        if n > top.get(name, n):
+            return f"{name} {n} is past {top[name]}"
+    return None
 
 
 def resident(regs: int, smem: int, warps: int) -> int:
@@ -213,6 +253,9 @@ def main(
                     given = []
                 if len(given) not in counts:
                     raise typer.BadParameter(f"--launch {spec!r}: {form}")
+                problem = launch_problem(stage, given)
+                if problem:
+                    raise typer.BadParameter(f"--launch {spec!r}: {problem}")
             for idea in ideas:
                 parts = given or idea_launch(idea, stage)
                 if stage == "wy":
@@ -235,15 +278,32 @@ def main(
                     bv, warps, stages = parts
                     k = compile_fwdho(idea, bv, warps, stages)
                     what = f"BV {bv} warps {warps} stages {stages}"
-                s = sass_stats(k.asm["cubin"])
-                smem = k.metadata.shared
-                typer.echo(
-                    f"{idea} {what}: regs {s['regs']} stack {s['stack']} smem "
-                    f"{smem / 1024:.1f} KiB instrs {s['instrs']} (memory {s['mem']}); "
-                    f"{resident(s['regs'], smem, warps)} per SM"
-                )
-    except (AttributeError, FileNotFoundError, ModuleNotFoundError) as exc:
+                kernels = [(what, k, warps)]
+                mod = sys.modules.get(f"ladder.kernels.kda.ideas.i{idea.lstrip('i')}.intra")
+                if stage == "intra" and hasattr(mod, "kda_bwd_intra_deep_kernel"):
+                    # the deep tiles' second launch (kda/018), at its own warps
+                    deep = (f"deep tiles' kernel BK {bk} warps {mod.DEEP_WARPS}",
+                            compile_intra_deep(idea, bk, mod.DEEP_WARPS), mod.DEEP_WARPS)  # fmt: skip
+                    kernels.append(deep)
+                for label, kern, nw in kernels:
+                    s = sass_stats(kern.asm["cubin"])
+                    smem = kern.metadata.shared
+                    typer.echo(
+                        f"{idea} {label}: regs {s['regs']} stack {s['stack']} smem "
+                        f"{smem / 1024:.1f} KiB instrs {s['instrs']} (memory {s['mem']}); "
+                        f"{resident(s['regs'], smem, nw)} per SM"
+                    )
+    except ModuleNotFoundError as exc:
+        typer.echo(f"kda_wy_sass: that idea has no module for --stage {stage} ({exc})", err=True)
+        raise typer.Exit(2) from None
+    except (AttributeError, FileNotFoundError) as exc:
         typer.echo(f"kda_wy_sass: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except Exception as exc:  # Triton's compile and ptxas errors: their last line says why
+        if type(exc).__name__ not in ("CompilationError", "PTXASError"):
+            raise
+        why = str(exc).strip().splitlines()[-1]
+        typer.echo(f"kda_wy_sass: does not compile ({type(exc).__name__}: {why})", err=True)
         raise typer.Exit(2) from None
 
 
