@@ -59,8 +59,10 @@ side always runs first, or right after the other, on a warming GPU; the report a
 row's per-round times, their median and spread, and the median of the per-round ratios
 fla / ours.
 
-A launch that does not fit the SM (Triton's OutOfResources: shared memory or threads)
-is reported as such in its row and the sweep goes on. Per row: the median ms of
+A launch that does not fit the SM (Triton's OutOfResources: shared memory or threads), or
+that the kernel cannot be compiled at, is reported as such in its row and the sweep goes on;
+launches no kernel here could take (BK or BV below 16, more than 32 warps, a maxnreg outside
+32..255) are refused before anything runs. Per row: the median ms of
 ``triton.testing.do_bench``, whether two calls gave bitwise equal
 outputs (a kernel with a race shows here, not in an error against the oracle), and the
 largest relative L2 difference of any output from fla's on the same inputs. A launch is a

@@ -17,8 +17,7 @@ most 64 warps).
 `--stage intra` compiles the backward intra-chunk kernel of kda/003 (one program per
 sub-chunk), kda/013 (one per chunk), kda/014 (kda/003's under a register cap) or kda/018
 (kda/003's with its deep diagonal tiles queued; its deep tiles' kernel printed on a
-second line) at each BK,
-warps, stages[, maxnreg], dense batch.
+second line) at each BK, warps, stages[, maxnreg], dense batch.
 `--stage fwddiag` compiles the forward's diagonal-tile kernel (``intra_fwd.kda_fwd_diag_kernel``)
 of kda/012 or kda/015 to kda/017 at each BK, warps, stages[, exact_bk] (exact_bk: kda/015's
 exact path's K step; the others' kernels have none), dense batch, bf16 q and k.
