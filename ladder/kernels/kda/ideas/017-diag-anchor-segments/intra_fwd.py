@@ -105,9 +105,9 @@ def kda_fwd_diag_kernel(
 
     SQK: tl.constexpr = H * K
     SG: tl.constexpr = HV * K
-    # the bases at the sub-chunk's first row, so the tiles' offsets are int32: 64-bit
-    # address tensors kept live across the passes cost kda/012's launch a third of its
-    # programs per SM (254 registers at BK 32, 1 warp)
+    # the bases at the sub-chunk's first row, so the tiles' offsets are int32: kda/012's
+    # 64-bit address tensors, kept live across the passes, cost registers (a static sm90
+    # compile at BK 32, 1 warp, 2 stages: 254 with them, 235 with these)
     q += (bos + i0) * SQK + i_h * K
     k += (bos + i0) * SQK + i_h * K
     g += (bos + i0) * SG + i_hv * K
@@ -127,7 +127,7 @@ def kda_fwd_diag_kernel(
     ex = tl.full([], BC, dtype=tl.int32)
     while a < n_r:
         # the row exponents' upper bound: the first segment allows +-LIMIT (012's range); a
-        # later one, whose columns before the anchor must sit at or above it (checked
+        # later one, whose columns before the anchor must sit at most RISE below it (checked
         # below), allows rows at most RISE above it, so no product of a row factor and an
         # underflowed column factor can exceed 2^(RISE - 126)
         hi = tl.where(a == 0, LIMIT, RISE)
