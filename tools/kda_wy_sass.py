@@ -118,6 +118,11 @@ def compile_fwdho(idea: str, bv: int, warps: int, stages: int):
     return _compile_sm90(fn, FWDHO_POINTERS, consts, {"num_warps": warps, "num_stages": stages})
 
 
+def _intra_consts(bk: int) -> dict:
+    """The backward intra kernels' sizes at prod (K 128 in slices of bk), dense batch."""
+    return dict(H=16, HV=16, K=128, BT=64, BC=16, BK=bk, NC=4, NK=-(-128 // bk), IS_VARLEN=False)
+
+
 def compile_intra(idea: str, bk: int, warps: int, stages: int, maxnreg: int | None = None):
     """Triton's compiled backward intra-chunk kernel of a kda idea (kda/003's per sub-chunk,
     kda/013's per chunk, kda/014's kda/003 kernel under a register cap, kda/018's) for sm90
@@ -127,8 +132,7 @@ def compile_intra(idea: str, bk: int, warps: int, stages: int, maxnreg: int | No
     if name is None:
         raise AttributeError(f"kda idea {idea}: --stage intra knows {', '.join(INTRA_KERNELS)}")
     fn = _idea_kernel(idea, "intra", name)
-    consts = dict(H=16, HV=16, K=128, BT=64, BC=16, BK=bk, NC=4, NK=-(-128 // bk), IS_VARLEN=False,
-                  DIAG_RANGE=128.0)  # fmt: skip
+    consts = dict(_intra_consts(bk), DIAG_RANGE=128.0)
     options = {"num_warps": warps, "num_stages": stages}
     if maxnreg:
         options["maxnreg"] = maxnreg
@@ -144,8 +148,7 @@ def compile_intra_deep(idea: str, bk: int, warps: int):
 
     fn = _idea_kernel(idea, "intra", "kda_bwd_intra_deep_kernel")
     mod = importlib.import_module(f"ladder.kernels.kda.ideas.i{idea.lstrip('i')}.intra")
-    consts = dict(H=16, HV=16, K=128, BT=64, BC=16, BK=bk, NC=4, NK=-(-128 // bk),
-                  IS_VARLEN=False, SEG=mod.SEG, RISE=mod.RISE)  # fmt: skip
+    consts = dict(_intra_consts(bk), SEG=mod.SEG, RISE=mod.RISE)
     pointers = {n: t for n, t in INTRA_POINTERS.items() if n in fn.arg_names}
     return _compile_sm90(fn, pointers, consts, {"num_warps": warps, "num_stages": 2},
                          scalars=dict(T="i32", NTOK="i32", NBH="i32"))  # fmt: skip
@@ -171,27 +174,37 @@ def compile_fwddiag(idea: str, bk: int, warps: int, stages: int, exact_bk: int |
     return _compile_sm90(fn, pointers, consts, options, scalars=dict(scale="fp32", T="i32"))
 
 
+def knob_problem(name: str, n: int, dot: bool = True, top: int | None = None) -> str | None:
+    """What is wrong with one launch knob (None if nothing), by its name: a tile (BK, BV,
+    exact_bk) a power of two, at least 16 when ``dot`` (tl.dot's least K); warps (any name
+    ending so) a power of two up to 32 (1024 threads); stages positive; maxnreg 32..255;
+    any of them at most ``top`` when given. kda_stage_bench's launches share these rules."""
+    if name == "maxnreg":
+        return None if 32 <= n <= 255 else f"maxnreg {n} is not in 32..255 (leave it out for none)"
+    if n < 1:
+        return f"{name} {n} is not positive"
+    if name != "stages" and n & (n - 1):
+        return f"{name} {n} is not a power of two"
+    if name.endswith("warps") and n > 32:
+        return f"{name} {n} is past 32 (1024 threads)"
+    if name in ("BK", "BV") and dot and n < 16:
+        return f"{name} {n} is below 16 (tl.dot's least K)"
+    if top is not None and n > top:
+        return f"{name} {n} is past {top}"
+    return None
+
+
 def launch_problem(stage: str, parts: list[int]) -> str | None:
-    """What is wrong with a --launch for the stage (None if nothing): the tiles (BK, BV) powers
-    of two from 16 to the prod size they slice (K 128, V 256), warps a power of two up to
-    32, stages positive, maxnreg 32..255, exact_bk a power of two up to K."""
+    """What is wrong with a --launch for the stage (None if nothing): ``knob_problem`` for
+    each field, the tiles at most the prod size they slice (K 128, V 256)."""
     names = {"wy": ("BK", "BV", "warps", "stages", "maxnreg"),
              "intra": ("BK", "warps", "stages", "maxnreg"),
              "fwddiag": ("BK", "warps", "stages", "exact_bk")}.get(stage, ("BV", "warps", "stages"))  # fmt: skip
-    top = {"BK": 128, "BV": 256, "warps": 32, "exact_bk": 128}
+    top = {"BK": 128, "BV": 256, "exact_bk": 128}
     for name, n in zip(names, parts):
-        if name == "maxnreg":
-            if not 32 <= n <= 255:
-                return f"maxnreg {n} is not in 32..255 (leave it out for none)"
-            continue
-        if n < 1:
-            return f"{name} {n} is not positive"
-        if name != "stages" and n & (n - 1):
-            return f"{name} {n} is not a power of two"
-        if name in ("BK", "BV") and n < 16:
-            return f"{name} {n} is below 16 (tl.dot's least K)"
-        if n > top.get(name, n):
-            return f"{name} {n} is past {top[name]}"
+        problem = knob_problem(name, n, top=top.get(name))
+        if problem:
+            return problem
     return None
 
 
@@ -278,8 +291,9 @@ def main(
                     k = compile_fwdho(idea, bv, warps, stages)
                     what = f"BV {bv} warps {warps} stages {stages}"
                 kernels = [(what, k, warps)]
-                mod = sys.modules.get(f"ladder.kernels.kda.ideas.i{idea.lstrip('i')}.intra")
-                if stage == "intra" and hasattr(mod, "kda_bwd_intra_deep_kernel"):
+                mod = (importlib.import_module(f"ladder.kernels.kda.ideas.i{idea.lstrip('i')}.intra")
+                       if stage == "intra" else None)  # fmt: skip
+                if hasattr(mod, "kda_bwd_intra_deep_kernel"):
                     # the deep tiles' second launch (kda/018), at its own warps
                     deep = (f"deep tiles' kernel BK {bk} warps {mod.DEEP_WARPS}",
                             compile_intra_deep(idea, bk, mod.DEEP_WARPS), mod.DEEP_WARPS)  # fmt: skip

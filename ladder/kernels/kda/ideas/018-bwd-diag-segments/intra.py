@@ -63,6 +63,7 @@ of 128 (kda/014's: 152); the deep tiles' kernel 255 registers, 4 programs per SM
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -362,6 +363,14 @@ def kda_bwd_intra_deep_kernel(
         tl.store(dg2 + p_o, b_x + (b_q * b_pq + (b_pk - b_dkt) * b_k), mask=m_rk)
 
 
+@functools.cache
+def _sm_count(index: int | None) -> int:
+    """SMs of CUDA device ``index`` (1 off the GPU), asked once per device."""
+    if index is None:
+        return 1
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
 def kda_bwd_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens=None, chunk_indices=None):
     """(dq, dk, db, dg) after the intra-chunk terms, at this module's BK, warps and stages,
     the first launch under ``maxnreg=MAXNREG`` (none at 0). q, k [B, T, H, K] bf16; g
@@ -393,7 +402,7 @@ def kda_bwd_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens=None, ch
     )  # fmt: skip
     # a fixed grid reads the queue's length on the device: no host sync, and at a shape with
     # no deep tile each program loads one int32 and returns
-    sms = torch.cuda.get_device_properties(k.device).multi_processor_count if k.is_cuda else 1
+    sms = _sm_count(k.device.index if k.is_cuda else None)
     kda_bwd_intra_deep_kernel[(sms * DEEP_PROGRAMS_PER_SM,)](
         q, k, g, beta, dAqk, dAkk, dq2, dk2, dg2, db2, cu_seqlens, chunk_indices, T, B * T,
         B * HV, count, queue, **shape, SEG=SEG, RISE=RISE, num_warps=DEEP_WARPS,
