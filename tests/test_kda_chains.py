@@ -39,6 +39,7 @@ IDEAS = (
     "016",
     "017",
     "018",
+    "019",
 )
 
 SCRIPT = textwrap.dedent(

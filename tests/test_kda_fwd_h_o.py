@@ -1,5 +1,6 @@
-"""kda idea 008's fused state pass and output (`fwd.fwd_h_o`) against fla 0.6.0's two kernels
-it replaces (`chunk_gated_delta_rule_fwd_h`, then `chunk_gla_fwd_o_gk`), on Triton's CPU
+"""kda idea 008's fused state pass and output (`fwd.fwd_h_o`), and idea 019's (the same walk
+reading qg = q * 2^g in place of q and the gate tile), against fla 0.6.0's two kernels they
+replace (`chunk_gated_delta_rule_fwd_h`, then `chunk_gla_fwd_o_gk`), on Triton's CPU
 interpreter in fp32 (the interpreter computes bf16 tensor-core products wrongly).
 
 The cases cover what the kernel's indexing has to get right: T not a multiple of the chunk,
@@ -37,7 +38,9 @@ SCRIPT = textwrap.dedent(
     torch.empty_like = lambda t, **kw: _empty_like(t, **kw).fill_(float("nan"))
     from fla.ops.common.chunk_delta_h import chunk_gated_delta_rule_fwd_h
     from fla.ops.gla.chunk import chunk_gla_fwd_o_gk
-    from ladder.kernels.kda.ideas.i008 import fwd
+    import importlib
+    fwd = importlib.import_module("ladder.kernels.kda.ideas.i__IDEA__.fwd")
+    takes_qg = "__IDEA__" == "019"
 
     cases = [
         # name, B, H, HK, HV, K, V, lengths (one per batch row, or packed), h0, final, gate scale
@@ -84,7 +87,18 @@ SCRIPT = textwrap.dedent(
             h0 = h0.transpose(-1, -2).contiguous().transpose(-1, -2)
             assert not h0.is_contiguous()
         scale = K ** -0.5
-        o, ht = fwd.fwd_h_o(q, kg, w, u, gk, A, scale, h0, fs, cu)
+        if takes_qg:
+            # qg as fla's w/u stage writes it: q of each value head's q/k head, times 2^g
+            qg = q.repeat_interleave(HV // H, 2) * torch.exp2(gk)
+            if K > fwd.MAX_K:
+                try:
+                    fwd.fwd_h_o(qg, kg, w, u, gk, A, scale, h0, fs, cu)
+                except ValueError as e:
+                    out[name] = {"refused": str(e)}
+                    continue
+            o, ht = fwd.fwd_h_o(qg, kg, w, u, gk, A, scale, h0, fs, cu)
+        else:
+            o, ht = fwd.fwd_h_o(q, kg, w, u, gk, A, scale, h0, fs, cu)
         h0c = h0.contiguous() if h0 is not None else None  # the reference reads it so
         h, v_new, ht_ref = chunk_gated_delta_rule_fwd_h(
             k=kg, w=w, u=u, gk=gk, initial_state=h0c, output_final_state=fs, cu_seqlens=cu,
@@ -107,9 +121,13 @@ SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_fused_state_pass_and_output_match_flas_two_kernels() -> None:
-    out = run_interpreted(SCRIPT)
+@pytest.mark.parametrize("idea", ["008", "019"])
+def test_fused_state_pass_and_output_match_flas_two_kernels(idea) -> None:
+    out = run_interpreted(SCRIPT.replace("__IDEA__", idea))
     assert len(out) == 9
+    if idea == "019":  # K above the walk's 128: refused, naming kda/008's stage
+        refused = out.pop("k-above-max-fallback")
+        assert "K <= 128" in refused["refused"] and "kda/008" in refused["refused"], refused
     for name, res in out.items():
         assert res["finite"] and res["tail_zero"], (name, res)
         fs = name in ("two-k-blocks-two-v-blocks", "gva-kg-per-value-head", "varlen-state",
@@ -162,5 +180,44 @@ def test_fused_stage_refuses_bad_inputs_before_any_launch(change, message) -> No
     with pytest.raises(ValueError, match=re.escape(message)):
         fwd.fwd_h_o(
             x["q"], x["kg"], x["w"], x["u"], x["gk"], x["A"], 32**-0.5, h0, False, cu,
+            change.get("chunk_size", 64),
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (dict(A=(1, 70, 1, 32)), "A must be [1, 70, 1, 64]"),
+        (dict(gk=(1, 70, 1, 16)), "gk must be [1, 70, 1, 32]"),
+        (dict(u=(1, 70, 3, 32)), "u must be [1, 70, 1, 32]"),
+        (dict(kg=(1, 70, 2, 32)), "HV 1 (qg's) must be a multiple of kg's heads 2"),
+        (dict(qg=(1, 70, 1, 160)), "K <= 128 key columns, got K 160"),
+        (dict(h0=(1, 2, 32, 32)), "initial_state must be [1, 1, 32, 32]"),
+        (dict(cu=(2, 4)), "cu_seqlens must be [N + 1]"),
+        (dict(qg_strided=True), "qg must be contiguous"),
+        (dict(chunk_size=32), "chunks by 64 tokens"),
+    ],
+)
+def test_qg_stage_refuses_bad_inputs_before_any_launch(change, message) -> None:
+    """kda/019's walk reads qg [B, T, HV, K] where kda/008's reads q: a tensor that does not
+    fit is refused before any launch, naming it; K above the walk's 128 names kda/008's
+    stage, which takes it."""
+    import torch
+    from ladder.kernels.kda.ideas.i019 import fwd
+
+    import ladder  # noqa: F401  (the idea import finder)
+
+    x = _inputs()
+    x["qg"] = x.pop("q")
+    for name in ("A", "gk", "u", "kg", "qg"):
+        if name in change:
+            x[name] = torch.randn(change[name])
+    if "qg_strided" in change:
+        x["qg"] = torch.randn(1, 70, 1, 64)[..., :32]
+    h0 = torch.randn(change["h0"]) if "h0" in change else None
+    cu = torch.zeros(change["cu"], dtype=torch.int64) if "cu" in change else None
+    with pytest.raises(ValueError, match=re.escape(message)):
+        fwd.fwd_h_o(
+            x["qg"], x["kg"], x["w"], x["u"], x["gk"], x["A"], 32**-0.5, h0, False, cu,
             change.get("chunk_size", 64),
         )  # fmt: skip

@@ -63,6 +63,27 @@ def test_008s_fused_forward_fits_the_sm_without_spills_at_its_default_launch() -
     )
 
 
+@pytest.mark.slow
+def test_019s_walk_reading_qg_does_not_spill_where_008s_does() -> None:
+    """The static compile behind kda/019's NOTES.md: at kda/014's state-pass launch (BV 128,
+    8 warps, 2 stages) kda/008's walk, which forms q * 2^g from q and the fp32 gate tile,
+    takes 255 registers and spills; kda/019's, reading qg, takes no stack, fewer
+    instructions, a third of the MUFU (exp2) work and less shared memory."""
+    import kda_wy_sass
+    from cconv_sass import sass_stats
+
+    assert kda_wy_sass.idea_launch("019", "fwdho") == [128, 8, 2]  # its source defaults
+    try:
+        k8 = kda_wy_sass.compile_fwdho("008", 128, 8, 2)
+        k19 = kda_wy_sass.compile_fwdho("019", 128, 8, 2)
+    except FileNotFoundError as exc:
+        pytest.skip(f"this Triton has no sm90 tools: {exc}")
+    s8, s19 = sass_stats(k8.asm["cubin"]), sass_stats(k19.asm["cubin"])
+    assert s8["stack"] > 0 and s19["stack"] == 0, (s8, s19)
+    assert s19["instrs"] < 0.85 * s8["instrs"] and 3 * s19["mufu"] <= s8["mufu"], (s8, s19)
+    assert k19.metadata.shared < k8.metadata.shared, (k8.metadata.shared, k19.metadata.shared)
+
+
 def test_without_a_launch_each_idea_compiles_at_its_own_knobs() -> None:
     import kda_wy_sass
 

@@ -21,7 +21,7 @@ second line) at each BK, warps, stages[, maxnreg], dense batch.
 `--stage fwddiag` compiles the forward's diagonal-tile kernel (``intra_fwd.kda_fwd_diag_kernel``)
 of kda/012 or kda/015 to kda/017 at each BK, warps, stages[, exact_bk] (exact_bk: kda/015's
 exact path's K step; the others' kernels have none), dense batch, bf16 q and k.
-`--stage fwdho` compiles an idea's ``fwd.chunk_kda_fwd_kernel_h_o`` (kda/008) at each
+`--stage fwdho` compiles an idea's ``fwd.chunk_kda_fwd_kernel_h_o`` (kda/008, 019) at each
 BV, warps, stages, at the same sizes, with no initial or final state.
 Without `--launch` each idea compiles at its own knob values (defaults, or the KDA_*
 environment).
@@ -110,12 +110,18 @@ def compile_wy(idea: str, bk: int, bv: int, warps: int, stages: int, maxnreg: in
 
 
 def compile_fwdho(idea: str, bv: int, warps: int, stages: int):
-    """Triton's compiled fused forward state pass and output of a kda idea ("008") for sm90
-    at prod's sizes (dense batch, no states), launched as its wrapper launches it."""
+    """Triton's compiled fused forward state pass and output of a kda idea (kda/008's, or
+    kda/019's reading qg [B, T, HV, K] in place of q) for sm90 at prod's sizes (dense batch,
+    no states), launched as its wrapper launches it."""
     fn = _idea_kernel(idea, "fwd", "chunk_kda_fwd_kernel_h_o")
-    consts = dict(H=16, HK=16, HV=16, K=128, V=256, BT=64, BV=bv, USE_INITIAL_STATE=False,
+    pointers = dict(FWDHO_POINTERS)
+    consts = dict(HK=16, HV=16, K=128, V=256, BT=64, BV=bv, USE_INITIAL_STATE=False,
                   STORE_FINAL_STATE=False, IS_VARLEN=False)  # fmt: skip
-    return _compile_sm90(fn, FWDHO_POINTERS, consts, {"num_warps": warps, "num_stages": stages})
+    if "qg" in fn.arg_names:  # kda/019: qg per value head, no q and so no H
+        pointers["qg"] = pointers.pop("q")
+    else:
+        consts["H"] = 16
+    return _compile_sm90(fn, pointers, consts, {"num_warps": warps, "num_stages": stages})
 
 
 def _intra_consts(bk: int) -> dict:
@@ -244,7 +250,7 @@ def main(
     ),
     stage: str = typer.Option(
         "wy",
-        help="wy (the fused WY backward), fwdho (kda/008), intra (kda/003, 013, 014, 018) "
+        help="wy (the fused WY backward), fwdho (kda/008, 019), intra (kda/003, 013, 014, 018) "
         "or fwddiag (kda/012, kda/015 to 017)",
     ),
 ) -> None:

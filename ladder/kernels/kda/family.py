@@ -149,6 +149,8 @@ VENDOR = {
         "017-diag-anchor-segments": {"kernel": "chain17", "intra_fwd": "intrafwd17"},
         # 017 with the backward's deep diagonal tiles on segments too
         "018-bwd-diag-segments": {"kernel": "chain18", "intra": "intra18"},
+        # 014 with the forward's state pass reading qg, written by the w/u stage
+        "019-fwd-state-qg": {"kernel": "chain19", "fwd": "fwd19", "intra_fwd": "intrafwd19"},
     },
 }
 
