@@ -40,6 +40,7 @@ IDEAS = (
     "017",
     "018",
     "019",
+    "020",
 )
 
 SCRIPT = textwrap.dedent(

@@ -84,6 +84,32 @@ def test_019s_walk_reading_qg_does_not_spill_where_008s_does() -> None:
     assert k19.metadata.shared < k8.metadata.shared, (k8.metadata.shared, k19.metadata.shared)
 
 
+@pytest.mark.slow
+def test_020s_wide_state_launches_fit_the_sm_without_spills() -> None:
+    """The static compile behind kda/020's NOTES.md: fla's state kernel at kda/020's launch
+    (BV 128, 8 warps, 2 stages) holds its [128, K] state without spills in one program per SM,
+    where fla's own pick (BV 64, 4 warps, 2 stages) fits two; fla's state-gradient kernel at
+    BV 128 and 8 warps spills at 2 stages and not at 1 (kda/006's launch, the sweep's)."""
+    import kda_wy_sass
+    from cconv_sass import sass_stats
+
+    assert kda_wy_sass.idea_launch("020", "fwdh") == [128, 8, 2]  # its source defaults
+    try:
+        wide = kda_wy_sass.compile_state("020", "fwdh", 128, 8, 2)
+        fla_pick = kda_wy_sass.compile_state("020", "fwdh", 64, 4, 2)
+        dhu1 = kda_wy_sass.compile_state("006", "dhu", 128, 8, 1)
+        dhu2 = kda_wy_sass.compile_state("006", "dhu", 128, 8, 2)
+    except FileNotFoundError as exc:
+        pytest.skip(f"this Triton has no sm90 tools: {exc}")
+    sw, sp = sass_stats(wide.asm["cubin"]), sass_stats(fla_pick.asm["cubin"])
+    assert sw["stack"] == 0 and kda_wy_sass.resident(sw["regs"], wide.metadata.shared, 8) == 1
+    assert kda_wy_sass.resident(sp["regs"], fla_pick.metadata.shared, 4) == 2, sp
+    assert sass_stats(dhu1.asm["cubin"])["stack"] == 0
+    assert sass_stats(dhu2.asm["cubin"])["stack"] > 0
+    with pytest.raises(ModuleNotFoundError):
+        kda_wy_sass.compile_state("014", "fwdh", 128, 8, 2)
+
+
 def test_without_a_launch_each_idea_compiles_at_its_own_knobs() -> None:
     import kda_wy_sass
 
@@ -320,7 +346,12 @@ def test_bench_parse_launch_maps_knobs() -> None:
         (["008", "--stage", "fwdho", "--launch", "64,4"], "three positive ints"),
         (["006", "--stage", "dhu", "--launch", "64,8"], "three positive ints"),
         (["006", "--stage", "dhu", "--launch", "48,8,3"], "BV 48 is not a power of two"),
-        (["006", "--stage", "bogus"], "wy, dhu, fwdho, gate, fwdintra or intra"),
+        (["006", "--stage", "bogus"], "wy, dhu, fwdh, fwdho, gate, fwdintra or intra"),
+        (
+            ["014", "--stage", "fwdh"],
+            "has no fwdh.py, the --stage fwdh module; ideas with one: 020",
+        ),
+        (["020", "--stage", "fwdh", "--launch", "24,8,2"], "BV 24 is not a power of two"),
         (["011", "--stage", "fwdintra", "--launch", "16,2,2"], "four or five positive ints"),
         (["011", "--stage", "fwdintra", "--launch", "16,2,2,2"], "fuse_wu 2 is not 0 or 1"),
         (["011", "--stage", "fwdintra", "--launch", "16,3,2,0"], "warps 3 is not a power"),

@@ -24,6 +24,10 @@ T8192 H16 K128 V256, dense):
 - `--stage dhu`: the state-gradient stage, with an initial state and a final-state
   gradient. fla's ``chunk_gated_delta_rule_bwd_dhu`` (state_v_first) against each idea's
   ``dhu.bwd_dhu`` at each launch: BV, warps, stages.
+- `--stage fwdh`: the backward's recompute of the chunk states (h and v_new), with an
+  initial state. fla's autotuned ``chunk_gated_delta_rule_fwd_h`` (state_v_first) against
+  each idea's fixed launch of the same kernel, ``fwdh.fwd_h`` (kda/020), at each launch: BV,
+  warps, stages.
 - `--stage fwdho`: the forward's state pass and output, with an initial and a final state
   (kda/019's walk reads qg = q * 2^g made before the timed calls: that cost is the w/u stage's).
   fla's two kernels, ``chunk_gated_delta_rule_fwd_h`` then ``chunk_gla_fwd_o_gk``
@@ -95,6 +99,7 @@ from ladder.check import rel_err  # noqa: E402
 OUTPUTS = {
     "wy": ("dq", "dk", "dv2", "db", "dg", "dA"),
     "dhu": ("dh", "dh0", "dv2"),
+    "fwdh": ("h", "v_new"),
     "fwdho": ("o", "ht"),
     "gate": ("dg", "dA_log", "ddt_bias"),
     "fwdintra": ("w", "u", "kg", "Aqk", "Akk"),
@@ -104,14 +109,15 @@ MAX_REL = 1e-2  # bf16 operands in both kernels' products: 1e-3 is typical (004'
 KNOBS = {
     "wy": ("BK", "BV", "NUM_WARPS", "NUM_STAGES", "MAXNREG"),
     "dhu": ("BV", "NUM_WARPS", "NUM_STAGES"),
+    "fwdh": ("BV", "NUM_WARPS", "NUM_STAGES"),
     "fwdho": ("BV", "NUM_WARPS", "NUM_STAGES"),
     "gate": ("BK", "NUM_WARPS"),
     "fwdintra": ("BK", "NUM_WARPS", "SOLVE_WARPS", "FUSE_WU", "NUM_STAGES"),
     "intra": ("BK", "NUM_WARPS", "NUM_STAGES", "MAXNREG"),
 }
-MODULES = {"wy": "wy", "dhu": "dhu", "fwdho": "fwd", "gate": "gate", "fwdintra": "intra_fwd",
+MODULES = {"wy": "wy", "dhu": "dhu", "fwdh": "fwdh", "fwdho": "fwd", "gate": "gate", "fwdintra": "intra_fwd",
            "intra": "intra"}  # fmt: skip
-FORMS = {"wy": "BK,BV,warps,stages[,maxnreg]", "dhu": "BV,warps,stages",
+FORMS = {"wy": "BK,BV,warps,stages[,maxnreg]", "dhu": "BV,warps,stages", "fwdh": "BV,warps,stages",
          "fwdho": "BV,warps,stages", "gate": "BK,warps",
          "fwdintra": "BK,warps,solve_warps,fuse_wu[,stages]", "intra": "BK,warps,stages[,maxnreg]"}  # fmt: skip
 
@@ -160,7 +166,7 @@ def round_summary(ours: list[float], fla: list[float]) -> dict[str, float]:
 
 def parse_launch(spec: str, stage: str = "wy") -> dict[str, int]:
     """The stage's knob globals from a launch string: wy "BK,BV,warps,stages[,maxnreg]" ->
-    {"BK", "BV", "NUM_WARPS", "NUM_STAGES"[, "MAXNREG"]}; dhu and fwdho "BV,warps,stages" ->
+    {"BK", "BV", "NUM_WARPS", "NUM_STAGES"[, "MAXNREG"]}; dhu, fwdh and fwdho "BV,warps,stages" ->
     {"BV", "NUM_WARPS", "NUM_STAGES"}; gate "BK,warps" -> {"BK", "NUM_WARPS"}; fwdintra
     "BK,warps,solve_warps,fuse_wu[,stages]" -> {"BK", "NUM_WARPS", "SOLVE_WARPS", "FUSE_WU"[,
     "NUM_STAGES"]} (fuse_wu 0 or 1, the others positive); intra "BK,warps,stages[,maxnreg]" -> {"BK", "NUM_WARPS",
@@ -257,6 +263,8 @@ def _stage_calls(stage: str, x: dict, B: int, H: int, HV: int, K: int, V: int):
 
     if stage == "fwdho":
         return _fwdho_calls(x, B, H, HV, K, V)
+    if stage == "fwdh":
+        return _fwdh_calls(x, B, H, HV, K, V)
     if stage == "gate":
         return _gate_calls(B, x["q"].shape[1], HV, K)
     if stage == "fwdintra":
@@ -290,6 +298,27 @@ def _stage_calls(stage: str, x: dict, B: int, H: int, HV: int, K: int, V: int):
 
     def ours(mod):
         return mod.bwd_dhu(qg, kg, w, x["do"], x["dv"], x["g"], h0, dht, x["scale"])
+
+    return fla_call, ours
+
+
+def _fwdh_calls(x: dict, B: int, H: int, HV: int, K: int, V: int):
+    """(fla's call, ours(mod)) for the backward's recompute of the chunk states (h, v_new):
+    kg = k * 2^g, w random, u = v, an initial state; fla's autotuned wrapper against the
+    idea's fixed launch of the same kernel (kda/020)."""
+    from fla.ops.common.chunk_delta_h import chunk_gated_delta_rule_fwd_h
+
+    _gen, kg, w, h0 = _state_inputs(x, B, H, HV, K, V, seed=4)
+    u, g = x["v"], x["g"]
+
+    def fla_call():
+        h, v_new, _ = chunk_gated_delta_rule_fwd_h(
+            k=kg, w=w, u=u, gk=g, initial_state=h0, output_final_state=False, state_v_first=True
+        )
+        return h, v_new
+
+    def ours(mod):
+        return mod.fwd_h(kg, w, u, g, h0)
 
     return fla_call, ours
 
@@ -530,7 +559,8 @@ def main(
     ideas: list[str] = typer.Argument(..., help="kda idea numbers with the stage, e.g. 004 005"),
     stage: str = typer.Option(
         "wy",
-        help="wy (the fused WY stage), dhu (the state gradient), fwdho (the forward's "
+        help="wy (the fused WY stage), dhu (the state gradient), fwdh (the backward's "
+        "recompute of the chunk states), fwdho (the forward's "
         "state pass and output), gate (the backward's gate tail), fwdintra (the forward's "
         "intra-chunk stage) or intra (the backward's intra-chunk stage)",
     ),
@@ -561,7 +591,7 @@ def main(
 ) -> None:
     """Time each idea's stage at each launch against fla's, stage alone."""
     if stage not in KNOBS:
-        _usage(f"--stage {stage!r}: wy, dhu, fwdho, gate, fwdintra or intra")
+        _usage(f"--stage {stage!r}: wy, dhu, fwdh, fwdho, gate, fwdintra or intra")
     try:  # no --launch: one launch, each idea at its own knob values
         launches = [parse_launch(spec, stage) for spec in launch] if launch else [{}]
     except ValueError as exc:

@@ -1,5 +1,5 @@
-"""Static cost of kda ideas' fused WY backward kernel (or kda/008's fused forward state pass and
-output) on sm90, from the compiled code (CPU only).
+"""Static cost of kda ideas' fused WY backward kernel (or another stage's kernel, --stage) on
+sm90, from the compiled code (CPU only).
 
     python tools/kda_wy_sass.py 004 005 --launch 64,64,4,2 --launch 64,64,4,2,168
     python tools/kda_wy_sass.py 008 --stage fwdho --launch 64,4,1 --launch 32,4,2
@@ -23,6 +23,11 @@ of kda/012 or kda/015 to kda/017 at each BK, warps, stages[, exact_bk] (exact_bk
 exact path's K step; the others' kernels have none), dense batch, bf16 q and k.
 `--stage fwdho` compiles an idea's ``fwd.chunk_kda_fwd_kernel_h_o`` (kda/008, 019) at each
 BV, warps, stages, at the same sizes, with no initial or final state.
+`--stage fwdh` and `--stage dhu` compile fla 0.6.0's state kernels as an idea launches them at
+a fixed BV, warps, stages: the backward's recompute of the chunk states
+(``chunk_gated_delta_rule_fwd_kernel_h_blockdim64``, kda/020's ``fwdh.py``) and the state
+gradient (``chunk_gated_delta_rule_bwd_kernel_dhu_blockdim64``, kda/006's ``dhu.py``), per-key
+gate, no initial or final state.
 Without `--launch` each idea compiles at its own knob values (defaults, or the KDA_*
 environment).
 
@@ -122,6 +127,38 @@ def compile_fwdho(idea: str, bv: int, warps: int, stages: int):
     else:
         consts["H"] = 16
     return _compile_sm90(fn, pointers, consts, {"num_warps": warps, "num_stages": stages})
+
+
+STATE_KERNELS = {  # stage: (the idea's module, fla's kernel, its pointer arguments)
+    "fwdh": ("fwdh", "chunk_gated_delta_rule_fwd_kernel_h_blockdim64",
+             dict(k="*bf16", v="*bf16", w="*bf16", v_new="*bf16", gk="*fp32", h="*bf16")),
+    "dhu": ("dhu", "chunk_gated_delta_rule_bwd_kernel_dhu_blockdim64",
+            dict(q="*bf16", k="*bf16", w="*bf16", gk="*fp32", dht="*fp32", dh0="*fp32",
+                 do="*bf16", dh="*bf16", dv="*bf16", dv2="*bf16")),
+}  # fmt: skip
+
+
+def compile_state(idea: str, stage: str, bv: int, warps: int, stages: int):
+    """fla 0.6.0's state kernel of ``stage`` ("fwdh": the chunk states' recompute, "dhu": the
+    state gradient) compiled for sm90 at prod's sizes as the idea's fixed-launch module
+    launches it (kda/020's ``fwdh``, kda/006's ``dhu``): per-key gate, V-first states, dense
+    batch, no initial or final state. ModuleNotFoundError for an idea without that module."""
+    from fla.ops.common import chunk_delta_h
+
+    import ladder  # noqa: F401  (the idea import finder)
+
+    module, name, pointers = STATE_KERNELS[stage]
+    importlib.import_module(f"ladder.kernels.kda.ideas.i{idea.lstrip('i')}.{module}")
+    fn = _jit(getattr(chunk_delta_h, name))
+    consts = dict(H=16, HV=16, K=128, V=256, BT=64, BV=bv, USE_G=False, USE_GK=True,
+                  USE_INITIAL_STATE=False, STATE_V_FIRST=True, IS_VARLEN=False, g=None,
+                  cu_seqlens=None, chunk_offsets=None)  # fmt: skip
+    if stage == "fwdh":
+        consts.update(STORE_FINAL_STATE=False, SAVE_NEW_VALUE=True, h0=None, ht=None)
+    else:
+        consts.update(USE_FINAL_STATE_GRADIENT=False)
+    return _compile_sm90(fn, pointers, consts, {"num_warps": warps, "num_stages": stages},
+                         scalars={"scale": "fp32", "T": "i32"})  # fmt: skip
 
 
 def _intra_consts(bk: int) -> dict:
@@ -224,13 +261,14 @@ def resident(regs: int, smem: int, warps: int) -> int:
 def idea_launch(idea: str, stage: str) -> list[int]:
     """The launch an idea's module reads from its knobs (defaults or the KDA_* environment):
     wy [BK, BV, warps, stages] plus maxnreg when the idea caps it; intra [BK, warps, stages]
-    plus maxnreg likewise; fwdho [BV, warps, stages]; fwddiag [BK, warps, stages] plus exact_bk
+    plus maxnreg likewise; fwdho, fwdh, dhu [BV, warps, stages]; fwddiag [BK, warps, stages] plus exact_bk
     when the idea has one."""
     import ladder  # noqa: F401  (the idea import finder)
 
-    module = {"wy": "wy", "intra": "intra", "fwddiag": "intra_fwd"}.get(stage, "fwd")
+    module = {"wy": "wy", "intra": "intra", "fwddiag": "intra_fwd", "fwdh": "fwdh",
+              "dhu": "dhu"}.get(stage, "fwd")  # fmt: skip
     mod = importlib.import_module(f"ladder.kernels.kda.ideas.i{idea.lstrip('i')}.{module}")
-    if stage == "fwdho":
+    if stage in ("fwdho", "fwdh", "dhu"):
         return [mod.BV, mod.NUM_WARPS, mod.NUM_STAGES]
     if stage == "fwddiag":  # exact_bk when the diagonal kernel itself takes it (kda/015)
         takes = "EXACT_BK" in _jit(mod.kda_fwd_diag_kernel).arg_names
@@ -250,14 +288,14 @@ def main(
     ),
     stage: str = typer.Option(
         "wy",
-        help="wy (the fused WY backward), fwdho (kda/008, 019), intra (kda/003, 013, 014, 018) "
-        "or fwddiag (kda/012, kda/015 to 017)",
+        help="wy (the fused WY backward), fwdho (kda/008, 019), intra (kda/003, 013, 014, 018), "
+        "fwddiag (kda/012, kda/015 to 017), fwdh (kda/020) or dhu (kda/006)",
     ),
 ) -> None:
     """Print registers, stack, shared memory, static SASS count and programs per SM, at each
     --launch, or without one at each idea's own knob values."""
-    if stage not in ("wy", "fwdho", "intra", "fwddiag"):
-        raise typer.BadParameter(f"--stage {stage!r}: wy, fwdho, intra or fwddiag")
+    if stage not in ("wy", "fwdho", "intra", "fwddiag", "fwdh", "dhu"):
+        raise typer.BadParameter(f"--stage {stage!r}: wy, fwdho, intra, fwddiag, fwdh or dhu")
     form, counts = {"wy": ("BK,BV,warps,stages[,maxnreg]", (4, 5)),
                     "intra": ("BK,warps,stages[,maxnreg]", (3, 4)),
                     "fwddiag": ("BK,warps,stages[,exact_bk]", (3, 4))}.get(stage, ("BV,warps,stages", (3,)))  # fmt: skip
@@ -294,7 +332,10 @@ def main(
                     what = f"BK {bk} warps {warps} stages {stages} exact_bk {exact_bk or '-'}"
                 else:
                     bv, warps, stages = parts
-                    k = compile_fwdho(idea, bv, warps, stages)
+                    if stage == "fwdho":
+                        k = compile_fwdho(idea, bv, warps, stages)
+                    else:
+                        k = compile_state(idea, stage, bv, warps, stages)
                     what = f"BV {bv} warps {warps} stages {stages}"
                 kernels = [(what, k, warps)]
                 mod = (importlib.import_module(f"ladder.kernels.kda.ideas.i{idea.lstrip('i')}.intra")

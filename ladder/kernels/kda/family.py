@@ -151,6 +151,8 @@ VENDOR = {
         "018-bwd-diag-segments": {"kernel": "chain18", "intra": "intra18"},
         # 014 with the forward's state pass reading qg, written by the w/u stage
         "019-fwd-state-qg": {"kernel": "chain19", "fwd": "fwd19", "intra_fwd": "intrafwd19"},
+        # 014 with the backward's recompute of the chunk states at a fixed, wider launch
+        "020-bwd-state-wide": {"kernel": "chain20", "fwdh": "fwdh20"},
     },
 }
 
