@@ -191,7 +191,10 @@ def test_fused_stage_refuses_bad_inputs_before_any_launch(change, message) -> No
         (dict(gk=(1, 70, 1, 16)), "gk must be [1, 70, 1, 32]"),
         (dict(u=(1, 70, 3, 32)), "u must be [1, 70, 1, 32]"),
         (dict(kg=(1, 70, 2, 32)), "HV 1 (qg's) must be a multiple of kg's heads 2"),
-        (dict(qg=(1, 70, 1, 160)), "K <= 128 key columns, got K 160"),
+        (dict(qg=(1, 70, 1, 160)), "K <= 128 key columns, got K 160: kda/008's"),
+        (dict(qg=(1, 70, 1, 300)), "got K 300: no stage here or in fla runs K above 256"),
+        (dict(kg=(1, 70, 32)), "kg must be 4-D, got (1, 70, 32)"),
+        (dict(qg_dtype=True), "qg, kg and w must share one dtype"),
         (dict(h0=(1, 2, 32, 32)), "initial_state must be [1, 1, 32, 32]"),
         (dict(cu=(2, 4)), "cu_seqlens must be [N + 1]"),
         (dict(qg_strided=True), "qg must be contiguous"),
@@ -214,6 +217,8 @@ def test_qg_stage_refuses_bad_inputs_before_any_launch(change, message) -> None:
             x[name] = torch.randn(change[name])
     if "qg_strided" in change:
         x["qg"] = torch.randn(1, 70, 1, 64)[..., :32]
+    if "qg_dtype" in change:  # q * 2^g in fp32, as bf16 q times an fp32 gate promotes
+        x["qg"] = x["qg"].double()
     h0 = torch.randn(change["h0"]) if "h0" in change else None
     cu = torch.zeros(change["cu"], dtype=torch.int64) if "cu" in change else None
     with pytest.raises(ValueError, match=re.escape(message)):

@@ -93,7 +93,16 @@ def test_fixed_launch_state_recompute_matches_flas_wrapper() -> None:
     ("change", "message"),
     [
         (dict(K=288), "K 288 > 256"),
-        (dict(B=2, cu=True), "a packed batch has B == 1, got B 2"),
+        (dict(B=2, cu=[0, 30, 70]), "a packed batch has B == 1, got B 2"),
+        # checked before the K > MAX_K hand-off to fla's wrapper, too
+        (dict(B=2, K=160, cu=[0, 30, 70]), "a packed batch has B == 1, got B 2"),
+        (dict(cu=[70]), "cu_seqlens must be [N + 1], got [1]"),
+        (dict(h0=(1, 1, 16, 32)), "h0 must be [1, 1, 32, 32], got [1, 1, 16, 32]"),
+        (dict(H=2), "u's value heads HV 1 must be a multiple of kg's heads 2"),
+        (dict(w=(1, 70, 1, 16)), "w must be [1, 70, 1, 32], got [1, 70, 1, 16]"),
+        (dict(gk=(1, 70, 1, 16)), "gk must be [1, 70, 1, 32], got [1, 70, 1, 16]"),
+        (dict(kg_3d=True), "kg must be 4-D, got (1, 70, 32)"),
+        (dict(u_strided=True), "u must be contiguous"),
         (dict(BV=48), "KDA_FWDH20_BV 48 must be a power of two"),
         (dict(BV=8), "KDA_FWDH20_BV 8 must be a power of two of at least 16"),
     ],
@@ -101,6 +110,9 @@ def test_fixed_launch_state_recompute_matches_flas_wrapper() -> None:
 def test_fixed_launch_refuses_what_it_cannot_run_before_any_launch(
     change, message, monkeypatch
 ) -> None:
+    """fla's kernel reads past a tensor of another shape without an error (garbage out, or a
+    division by zero for more kg heads than value heads): the wrapper refuses each such call
+    first, naming what is wrong."""
     import torch
     from ladder.kernels.kda.ideas.i020 import fwdh
 
@@ -108,9 +120,18 @@ def test_fixed_launch_refuses_what_it_cannot_run_before_any_launch(
 
     if "BV" in change:
         monkeypatch.setattr(fwdh, "BV", change["BV"])
-    B, T, K, V = change.get("B", 1), 70, change.get("K", 32), 32
-    kg, w, gk = torch.randn(B, T, 1, K), torch.randn(B, T, 1, K), -torch.rand(B, T, 1, K)
+    B, T, K, V, H = change.get("B", 1), 70, change.get("K", 32), 32, change.get("H", 1)
+    kg, w, gk = torch.randn(B, T, H, K), torch.randn(B, T, 1, K), -torch.rand(B, T, 1, K)
     u = torch.randn(B, T, 1, V)
-    cu = torch.tensor([0, 30, 70]) if change.get("cu") else None
+    if "w" in change:
+        w = torch.randn(change["w"])
+    if "gk" in change:
+        gk = -torch.rand(change["gk"])
+    if change.get("kg_3d"):
+        kg = kg[:, :, 0]
+    if change.get("u_strided"):
+        u = torch.randn(B, T, 1, 2 * V)[..., :V]
+    h0 = torch.randn(change["h0"]) if "h0" in change else None
+    cu = torch.tensor(change["cu"]) if "cu" in change else None
     with pytest.raises(ValueError, match=re.escape(message)):
-        fwdh.fwd_h(kg, w, u, gk, None, cu_seqlens=cu)
+        fwdh.fwd_h(kg, w, u, gk, h0, cu_seqlens=cu)

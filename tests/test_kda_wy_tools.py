@@ -5,6 +5,7 @@ stage; the timing itself needs the H200)."""
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -260,14 +261,19 @@ def test_bench_parse_launch_names_what_is_wrong(spec: str, message: str) -> None
         (["017", "--stage", "fwddiag", "--launch", "8,1,1"], "BK 8 is below 16"),
         (["017", "--stage", "fwddiag", "--launch", "32,64,1"], "warps 64 is past 32"),
         (["015", "--stage", "fwddiag", "--launch", "32,1,2,0"], "exact_bk 0 is not positive"),
+        # an idea's own launch from its KDA_* environment is checked as a given one is
+        (["020", "--stage", "fwdh", "KDA_FWDH20_BV=8"], "own launch 8,8,2 (its KDA_* knobs): BV 8"),
+        (["020", "--stage", "fwdh", "KDA_FWDH20_WARPS=64"], "64 is past 32 (1024 threads)"),
+        (["020", "--stage", "fwdh", "KDA_FWDH20_BV=abc"], "'abc' (check the KDA_* environment)"),
     ],
 )
 def test_sass_tool_refuses_a_launch_it_cannot_compile(args, message) -> None:
     # refused before any compile, in one line, not a Triton traceback or a count of an
     # empty kernel
+    env = dict(os.environ, **dict(a.split("=", 1) for a in args if "=" in a))
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "kda_wy_sass.py"), *args],
-        capture_output=True, text=True, cwd=ROOT,
+        [sys.executable, str(ROOT / "tools" / "kda_wy_sass.py"), *(a for a in args if "=" not in a)],
+        capture_output=True, text=True, cwd=ROOT, env=env,
     )  # fmt: skip
     err = " ".join(proc.stderr.split())
     assert proc.returncode == 2 and message in err and "Traceback" not in err, proc.stderr[-2000:]
@@ -352,6 +358,13 @@ def test_bench_parse_launch_maps_knobs() -> None:
             "has no fwdh.py, the --stage fwdh module; ideas with one: 020",
         ),
         (["020", "--stage", "fwdh", "--launch", "24,8,2"], "BV 24 is not a power of two"),
+        # above MAX_K the stage is fla's or refused: nothing of the idea's own to time
+        (
+            ["019", "--stage", "fwdho", "--K", "160"],
+            "019-fwd-state-qg's --stage fwdho runs K <= 128",
+        ),
+        (["020", "--stage", "fwdh", "--K", "160"], "--stage fwdh runs K <= 128 only"),
+        (["006", "--stage", "dhu", "--K", "192"], "--stage dhu runs K <= 128 only"),
         (["011", "--stage", "fwdintra", "--launch", "16,2,2"], "four or five positive ints"),
         (["011", "--stage", "fwdintra", "--launch", "16,2,2,2"], "fuse_wu 2 is not 0 or 1"),
         (["011", "--stage", "fwdintra", "--launch", "16,3,2,0"], "warps 3 is not a power"),

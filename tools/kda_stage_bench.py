@@ -566,7 +566,7 @@ def main(
     ),
     launch: list[str] = typer.Option(
         None,
-        help="wy: BK,BV,warps,stages[,maxnreg]; dhu, fwdho: BV,warps,stages; gate: BK,warps; "
+        help="wy: BK,BV,warps,stages[,maxnreg]; dhu, fwdh, fwdho: BV,warps,stages; gate: BK,warps; "
         "fwdintra: BK,warps,solve_warps,fuse_wu[,stages]; intra: BK,warps,stages[,maxnreg] "
         "(repeatable)",
     ),
@@ -620,6 +620,14 @@ def main(
                 f"with one: {', '.join(owners) or 'none'}"
             )
         mods[idea] = importlib.import_module(f"ladder.kernels.kda.ideas.i{folder[:3]}.{stem}")
+        top = getattr(mods[idea], "MAX_K", None)
+        if stage in ("fwdho", "fwdh", "dhu") and top is not None and K > top:
+            # above it the idea's stage hands the call to fla's kernels (a row would time fla
+            # against itself) or refuses it (kda/019)
+            _usage(
+                f"--K {K}: kda idea {folder}'s --stage {stage} runs K <= {top} only (above that "
+                "it is fla's kernels or refused): nothing of its own to time"
+            )
     import torch
 
     if stage in ("fwdintra", "intra"):  # a mistyped shape is refused on any machine

@@ -283,7 +283,7 @@ def main(
     ideas: list[str] = typer.Argument(..., help="kda idea numbers, e.g. 004 005"),
     launch: list[str] = typer.Option(
         None,
-        help="wy: BK,BV,warps,stages[,maxnreg]; fwdho: BV,warps,stages; "
+        help="wy: BK,BV,warps,stages[,maxnreg]; fwdho, fwdh, dhu: BV,warps,stages; "
         "intra: BK,warps,stages[,maxnreg]; fwddiag: BK,warps,stages[,exact_bk] (repeatable)",
     ),
     stage: str = typer.Option(
@@ -314,6 +314,12 @@ def main(
                     raise typer.BadParameter(f"--launch {spec!r}: {problem}")
             for idea in ideas:
                 parts = given or idea_launch(idea, stage)
+                problem = None if given else launch_problem(stage, parts)
+                if problem:  # the idea's knobs, from its KDA_* environment
+                    raise typer.BadParameter(
+                        f"kda idea {idea}'s own launch {','.join(map(str, parts))} "
+                        f"(its KDA_* knobs): {problem}"
+                    )
                 if stage == "wy":
                     bk, bv, warps, stages = parts[:4]
                     maxnreg = parts[4] if len(parts) == 5 else None
@@ -358,6 +364,9 @@ def main(
         raise typer.Exit(2) from None
     except (AttributeError, FileNotFoundError) as exc:
         typer.echo(f"kda_wy_sass: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except ValueError as exc:  # an idea module's KDA_* knob that is not an int, read at import
+        typer.echo(f"kda_wy_sass: {exc} (check the KDA_* environment)", err=True)
         raise typer.Exit(2) from None
     except Exception as exc:  # Triton's compile and ptxas errors: their last line says why
         if type(exc).__name__ not in ("CompilationError", "PTXASError"):

@@ -165,14 +165,23 @@ def _check(qg, kg, w, u, gk, A, h0, cu_seqlens, chunk_size) -> int:
     naming the first tensor that does not fit."""
     if chunk_size != 64:
         raise ValueError(f"the fused forward chunks by 64 tokens, got chunk_size {chunk_size}")
-    if qg.dim() != 4 or u.dim() != 4:
-        raise ValueError(f"qg and u must be 4-D, got {tuple(qg.shape)} and {tuple(u.shape)}")
+    named = {"qg": qg, "kg": kg, "w": w, "u": u, "gk": gk, "A": A}
+    for name, t in named.items():
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be 4-D, got {tuple(t.shape)}")
     B, T, HV, K = qg.shape
     HK, V = kg.shape[2], u.shape[3]
     if K > MAX_K:
+        where = (
+            "kda/008's fwd.fwd_h_o takes K up to 256 (fla's two kernels), from q and the gate"
+            if K <= 256
+            else "no stage here or in fla runs K above 256"
+        )
+        raise ValueError(f"the walk holds K <= {MAX_K} key columns, got K {K}: {where}")
+    if not (qg.dtype == kg.dtype == w.dtype):
         raise ValueError(
-            f"the walk holds K <= {MAX_K} key columns, got K {K}: run kda/008's fwd.fwd_h_o "
-            "(fla's two kernels above that) with q and the gate"
+            f"qg, kg and w must share one dtype (their products' operands), got {qg.dtype}, "
+            f"{kg.dtype} and {w.dtype}: round qg = q * 2^g to kg's dtype, as fla's w/u stage does"
         )
     if HK < 1 or HV % HK:
         raise ValueError(f"value heads HV {HV} (qg's) must be a multiple of kg's heads {HK}")
@@ -208,13 +217,14 @@ def fwd_h_o(qg, kg, w, u, gk, A, scale, initial_state=None, output_final_state=F
     [B, T, HV, K] fp32, the per-key gate cumsum in log2 units (only each chunk's last row is
     read); A: the intra-chunk scores Aqk [B, T, HV, chunk_size]; HV a multiple of HK;
     initial_state: [N, HV, V, K] fp32 or None (any strides); cu_seqlens: [N + 1] int or None
-    (then N = B; packed: B == 1, its values taken as given). K at most MAX_K (128). Returns o
+    (then N = B; packed: B == 1, its values taken as given, so cu_seqlens[0] must be 0: rows
+    before it are not written). K at most MAX_K (128). Returns o
     [B, T, HV, V] in u's dtype (rows past the last packed sequence 0, as fla's) and
     final_state [N, HV, V, K] fp32 (None unless output_final_state).
 
-    Raises ValueError for K above MAX_K (kda/008's ``fwd_h_o`` takes those, from q and the
-    gate), a tensor of another shape than these, one of qg, kg, w, u, gk, A that is not
-    contiguous, a packed batch with B != 1, a chunk size other than 64, or a KDA_FWDHO19_BV
+    Raises ValueError for K above MAX_K (kda/008's ``fwd_h_o`` takes K up to 256, from q and
+    the gate), a tensor of another shape than these, qg, kg and w of different dtypes, one of
+    qg, kg, w, u, gk, A that is not contiguous, a packed batch with B != 1, a chunk size other than 64, or a KDA_FWDHO19_BV
     below 16 or not a power of two.
     """
     h0 = initial_state.contiguous() if initial_state is not None else None

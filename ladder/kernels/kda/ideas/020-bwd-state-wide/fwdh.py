@@ -43,27 +43,62 @@ MAX_K = 128  # the widest K the fixed launch was compiled and sized for
 __all__ = ["MAX_K", "fwd_h"]
 
 
+def _check(kg, w, u, gk, h0, cu_seqlens) -> int:
+    """N (the number of sequences) after checking what fwd_h documents, before any launch;
+    ValueError naming the first thing that does not fit (fla's kernel reads past a tensor of
+    another shape without an error)."""
+    named = {"kg": kg, "w": w, "u": u, "gk": gk}
+    for name, t in named.items():
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be 4-D, got {tuple(t.shape)}")
+    B, T, H, K = kg.shape
+    HV, V = u.shape[2], u.shape[3]
+    if K > 256:
+        raise ValueError(f"K {K} > 256: the state kernel holds at most 4 blocks of 64")
+    if H < 1 or HV % H:
+        raise ValueError(f"u's value heads HV {HV} must be a multiple of kg's heads {H}")
+    for name, t, shape in (("u", u, (B, T, HV, V)), ("w", w, (B, T, HV, K)),
+                           ("gk", gk, (B, T, HV, K))):  # fmt: skip
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{name} must be {list(shape)}, got {list(t.shape)}")
+    for name, t in named.items():
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous (fla's stages make it so)")
+    if cu_seqlens is not None:
+        if B != 1:
+            raise ValueError(f"a packed batch has B == 1, got B {B}")
+        if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
+            raise ValueError(f"cu_seqlens must be [N + 1], got {list(cu_seqlens.shape)}")
+    N = B if cu_seqlens is None else cu_seqlens.numel() - 1
+    if h0 is not None and tuple(h0.shape) != (N, HV, V, K):
+        raise ValueError(f"h0 must be {[N, HV, V, K]}, got {list(h0.shape)}")
+    return N
+
+
 def fwd_h(kg, w, u, gk, h0, cu_seqlens=None, chunk_indices=None, chunk_size=64):
     """(h, v_new) as fla 0.6.0's ``chunk_gated_delta_rule_fwd_h`` returns them with ``gk``
     (the per-key gate cumsum, log2 units), no scalar gate, ``state_v_first=True`` and no
     final state: h [B, NT, HV, V, K] and v_new like u, both in kg's / u's dtype.
 
-    kg: [B, T, HK, K] (fla's w/u stage, HK its heads: HV); w, gk: [B, T, HV, K]; u:
-    [B, T, HV, V]; h0: [N, HV, V, K] fp32 or None; cu_seqlens [N + 1] with B == 1 (and
-    chunk_indices, fla's, made here when None) for a packed batch. K above MAX_K runs fla's
-    wrapper. Raises ValueError for K > 256 (the kernel holds K in four 64-wide blocks), a
-    packed batch with B != 1, or a KDA_FWDH20_BV below 16 or not a power of two."""
+    kg: [B, T, H, K] (fla's w/u stage writes it per value head, H = HV); w, gk: [B, T, HV, K];
+    u: [B, T, HV, V]; HV a multiple of H; h0: [N, HV, V, K] or None (any strides; read as
+    fp32); cu_seqlens [N + 1] with B == 1 (and chunk_indices, fla's, made here when None) for
+    a packed batch, its values taken as given (cu_seqlens[0] must be 0). K above MAX_K runs
+    fla's wrapper. Raises ValueError, before any launch, for a tensor that is not 4-D or not
+    of these shapes, one of kg, w, u, gk that is not contiguous, K > 256 (the kernel holds K
+    in four 64-wide blocks), a packed batch with B != 1 or a cu_seqlens that is not
+    [N + 1], or a KDA_FWDH20_BV below 16 or not a power of two."""
     from fla.ops.common.chunk_delta_h import (
         chunk_gated_delta_rule_fwd_h,
         chunk_gated_delta_rule_fwd_kernel_h_blockdim64,
     )
     from fla.ops.utils import prepare_chunk_indices, prepare_chunk_offsets
 
+    h0 = h0.contiguous() if h0 is not None else None  # the kernel reads it row-major
+    _check(kg, w, u, gk, h0, cu_seqlens)
     B, T, H, K = kg.shape
     HV, V = u.shape[2], u.shape[3]
     BT = chunk_size
-    if K > 256:
-        raise ValueError(f"K {K} > 256: the state kernel holds at most 4 blocks of 64")
     if K > MAX_K:
         h, v_new, _ = chunk_gated_delta_rule_fwd_h(
             k=kg, w=w, u=u, gk=gk, initial_state=h0, output_final_state=False,
@@ -76,8 +111,6 @@ def fwd_h(kg, w, u, gk, h0, cu_seqlens=None, chunk_indices=None, chunk_size=64):
     if cu_seqlens is None:
         N, NT, chunk_offsets = B, triton.cdiv(T, BT), None
     else:
-        if B != 1:
-            raise ValueError(f"a packed batch has B == 1, got B {B}")
         if chunk_indices is None:
             chunk_indices = prepare_chunk_indices(cu_seqlens, BT)
         N, NT = len(cu_seqlens) - 1, len(chunk_indices)
