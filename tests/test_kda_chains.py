@@ -41,6 +41,7 @@ IDEAS = (
     "018",
     "019",
     "020",
+    "021",
 )
 
 SCRIPT = textwrap.dedent(

@@ -153,6 +153,8 @@ VENDOR = {
         "019-fwd-state-qg": {"kernel": "chain19", "fwd": "fwd19", "intra_fwd": "intrafwd19"},
         # 014 with the backward's recompute of the chunk states at a fixed, wider launch
         "020-bwd-state-wide": {"kernel": "chain20", "fwdh": "fwdh20"},
+        # 019's forward with 020's backward
+        "021-state-qg-wide": {"kernel": "chain21"},
     },
 }
 
