@@ -88,3 +88,19 @@ def compiled_min_semantics() -> None:
     import triton.runtime.interpreter as interp
 
     interp.InterpreterBuilder.create_minnumf = lambda self, a, b: self.binary_op(a, b, np.fmin)
+
+
+def chunk_local_cumsum(step: Any, lens: list[int], packed: bool) -> Any:
+    """The cumulative sum of ``step`` [B, T, ...] along T within each 64-token chunk of each
+    sequence (``lens``: the sequences' lengths when ``packed``, one batch row's length
+    otherwise): the chunk-local gate cumsum the kda stages read, from per-token gate steps."""
+    import torch
+
+    out = torch.empty_like(step)
+    T = step.shape[1]
+    starts = [0, *torch.tensor(lens).cumsum(0).tolist()[:-1]] if packed else [0]
+    bounds = [(s, s + n) for s, n in zip(starts, lens)] if packed else [(0, T)]
+    for b0, b1 in bounds:
+        for c in range(b0, b1, 64):
+            out[:, c : min(c + 64, b1)] = step[:, c : min(c + 64, b1)].cumsum(1)
+    return out

@@ -30,7 +30,7 @@ SCRIPT = textwrap.dedent(
     import torch
     import ladder  # the idea import finder
     import fla.ops.common.chunk_delta_h, fla.ops.gla.chunk  # noqa: F401 (adjusted below)
-    from tests.interpreted import fla_on_the_interpreter
+    from tests.interpreted import chunk_local_cumsum, fla_on_the_interpreter
 
     fla_on_the_interpreter()
     # outputs allocated uninitialised start as NaN here, so a row no kernel writes shows
@@ -75,12 +75,7 @@ SCRIPT = textwrap.dedent(
         # deep-gate, gscale 200: -10 log2 units a token on average, about -110 nat per 16
         # tokens (the layer's non-safe gate reaches below -80 nat per 16 tokens)
         step = -torch.rand(B, T, HV, K) * 0.1 * gscale
-        gk = torch.empty_like(step)
-        starts = [0] + torch.tensor(lens).cumsum(0).tolist()[:-1] if packed else [0]
-        bounds = [(s, s + n) for s, n in zip(starts, lens)] if packed else [(0, T)]
-        for b0, b1 in bounds:
-            for c in range(b0, b1, 64):
-                gk[:, c : min(c + 64, b1)] = step[:, c : min(c + 64, b1)].cumsum(1)
+        gk = chunk_local_cumsum(step, lens, packed)
         A = torch.randn(B, T, HV, 64) * 0.1
         h0 = torch.randn(N, HV, V, K) if has_h0 else None
         if has_h0 == "t":

@@ -28,7 +28,7 @@ SCRIPT = textwrap.dedent(
     import torch
     import ladder  # the idea import finder
     import fla.ops.common.chunk_delta_h  # noqa: F401 (adjusted below)
-    from tests.interpreted import fla_on_the_interpreter
+    from tests.interpreted import chunk_local_cumsum, fla_on_the_interpreter
 
     fla_on_the_interpreter()
     from fla.ops.common.chunk_delta_h import chunk_gated_delta_rule_fwd_h
@@ -56,12 +56,7 @@ SCRIPT = textwrap.dedent(
         u = torch.randn(B, T, HV, V)
         # a per-key gate cumsum within each 64-token chunk, log2 units, non-positive
         step = -torch.rand(B, T, HV, K) * 0.1 * gscale
-        gk = torch.empty_like(step)
-        starts = [0] + torch.tensor(lens).cumsum(0).tolist()[:-1] if packed else [0]
-        bounds = [(s, s + n) for s, n in zip(starts, lens)] if packed else [(0, T)]
-        for b0, b1 in bounds:
-            for c in range(b0, b1, 64):
-                gk[:, c : min(c + 64, b1)] = step[:, c : min(c + 64, b1)].cumsum(1)
+        gk = chunk_local_cumsum(step, lens, packed)
         h0 = torch.randn(N, HV, V, K) if has_h0 else None
         h, v_new = fwdh.fwd_h(kg, w, u, gk, h0, cu_seqlens=cu)
         h_ref, v_ref, _ = chunk_gated_delta_rule_fwd_h(
