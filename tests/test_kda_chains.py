@@ -42,6 +42,7 @@ IDEAS = (
     "019",
     "020",
     "021",
+    "022",
 )
 
 SCRIPT = textwrap.dedent(

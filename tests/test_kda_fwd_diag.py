@@ -1,4 +1,4 @@
-"""kda/012's, kda/015's, kda/016's and kda/017's forward intra-chunk stage
+"""kda/012's, kda/015's, kda/016's, kda/017's, kda/019's and kda/022's forward intra-chunk stage
 (`intra_fwd.fwd_intra`: the diagonal-tile kernel(s), then fla's off-diagonal/solve and w/u
 kernels) on Triton's CPU interpreter, in fp32: against a float64 evaluation of the stage's
 definition (tests/kda_fwd_intra_ref.py) and against fla 0.6.0's `chunk_kda_fwd_intra`, on
@@ -62,6 +62,13 @@ SCRIPT = textwrap.dedent(
             o = diag.fwd_intra(q, k, v, g, beta, scale, cu_seqlens=cu, chunk_indices=ci)
             res[mode] = errors((o[0], o[1], o[3], o[4], o[5]), ref, bounds)
             aqk[mode] = o[4]
+            if o[2] is not None and mode == "default":  # qg (kda/019, kda/022): q * 2^g
+                want = q.repeat_interleave(HV // H, 2) * torch.exp2(g)
+                d = n = 0.0  # over every sequence's rows (a packed batch's tail is unwritten)
+                for b, (b0, b1) in bounds:
+                    d += float((o[2][b, b0:b1] - want[b, b0:b1]).double().norm() ** 2)
+                    n += float(want[b, b0:b1].double().norm() ** 2)
+                out.setdefault("qg", {})[name] = (d / n) ** 0.5
         diag.LIMIT = 112.0
         if name == "deep":
             # rows past their sub-chunk's first anchor's range (or after such a row): the
@@ -119,8 +126,10 @@ SCRIPT = textwrap.dedent(
     # safe_gate: fla's stage as it is
     q, k, v, g, beta, scale, cu, ci, bounds = inputs(1, 1, 2, 32, 16, [1, 64, 2, 80, 3], 1.0)
     a = diag.fwd_intra(q, k, v, g, beta, scale, cu_seqlens=cu, chunk_indices=ci, safe_gate=True)
+    # an idea that returns qg asks fla's stage for it (disable_recompute), as fla's backward does
     f = chunk_kda_fwd_intra(q=q, k=k, v=v, gk=g, beta=beta, scale=scale, cu_seqlens=cu,
-                            chunk_size=64, chunk_indices=ci, safe_gate=True)
+                            chunk_size=64, chunk_indices=ci, safe_gate=True,
+                            disable_recompute=a[2] is not None)
     m = lower_mask(f[4], bounds)  # above the diagonal Aqk is never written (any bits)
     out["safe"] = [bool(torch.equal(x, y)) if x is not None else (y is None)
                    for i, (x, y) in enumerate(zip(a, f)) if i != 4]
@@ -133,8 +142,8 @@ SCRIPT = textwrap.dedent(
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "idea",
-    [("012",), ("015",), ("015", "32"), ("016",), ("016", "32"), ("017",)],
-    ids=["012", "015", "015-exact-bk32", "016", "016-exact-bk32", "017"],
+    [("012",), ("015",), ("015", "32"), ("016",), ("016", "32"), ("017",), ("019",), ("022",)],
+    ids=["012", "015", "015-exact-bk32", "016", "016-exact-bk32", "017", "019", "022"],
 )
 def test_fwd_diag_matches_the_float64_definition_and_fla_on_every_path(idea) -> None:
     # kda/015 and kda/016 at their exact K step 8 (K 48 in three steps) and 32 (K 48 in a
@@ -148,6 +157,12 @@ def test_fwd_diag_matches_the_float64_definition_and_fla_on_every_path(idea) -> 
     assert causal == {"Aqk_same": True, "Akk_same": True, "w_same": True,
                       "later_changed": True}, causal  # fmt: skip
     assert out.pop("safe") == [True] * 6
+    qg = out.pop("qg", None)  # kda/019 (fla's w/u kernel) and kda/022 (the diagonal kernel)
+    if idea[0] in ("019", "022"):
+        assert set(qg) == {"dense-ragged", "deep", "mixed", "gva-varlen", "k48", "rising"}, qg
+        assert max(qg.values()) < 1e-6, qg  # fp32: rounding of q * 2^g, every valid row
+    else:
+        assert qg is None, qg
     assert set(out) == {"dense-ragged", "deep", "mixed", "gva-varlen", "k48", "rising", "cliff"}
     for case, res in out.items():
         want = {"default", "all-exact", "fla"}

@@ -19,7 +19,7 @@ sub-chunk), kda/013 (one per chunk), kda/014 (kda/003's under a register cap) or
 (kda/003's with its deep diagonal tiles queued; its deep tiles' kernel printed on a
 second line) at each BK, warps, stages[, maxnreg], dense batch.
 `--stage fwddiag` compiles the forward's diagonal-tile kernel (``intra_fwd.kda_fwd_diag_kernel``)
-of kda/012 or kda/015 to kda/017 at each BK, warps, stages[, exact_bk] (exact_bk: kda/015's
+of kda/012, kda/015 to kda/017 or kda/022 (012's writing qg too) at each BK, warps, stages[, exact_bk] (exact_bk: kda/015's
 exact path's K step; the others' kernels have none), dense batch, bf16 q and k.
 `--stage fwdho` compiles an idea's ``fwd.chunk_kda_fwd_kernel_h_o`` (kda/008, 019) at each
 BV, warps, stages, at the same sizes, with no initial or final state.
@@ -63,7 +63,7 @@ INTRA_POINTERS = dict(q="*bf16", k="*bf16", g="*fp32", beta="*bf16", dAqk="*fp32
                       db2="*fp32", cu_seqlens="*i64", chunk_indices="*i64", Count="*i32",
                       Queue="*i32")  # fmt: skip
 FWDDIAG_POINTERS = dict(q="*bf16", k="*bf16", g="*fp32", beta="*bf16", Aqk="*bf16",
-                        Akkd="*fp32", First="*i32", cu_seqlens="*i64",
+                        Akkd="*fp32", qg="*bf16", First="*i32", cu_seqlens="*i64",
                         chunk_indices="*i64")  # fmt: skip
 INTRA_KERNELS = {
     "003": "kda_bwd_intra_kernel",
@@ -198,7 +198,7 @@ def compile_intra_deep(idea: str, bk: int, warps: int):
 
 
 def compile_fwddiag(idea: str, bk: int, warps: int, stages: int, exact_bk: int | None = None):
-    """Triton's compiled forward diagonal-tile kernel of a kda idea (kda/012, kda/015 to 017)
+    """Triton's compiled forward diagonal-tile kernel of a kda idea (kda/012, 015 to 017, 022)
     for sm90 at prod's sizes, dense batch, launched as its wrapper does; exact_bk (kda/015's
     exact path's K step) defaults to the idea's knob and is refused for a kernel without one."""
     import ladder  # noqa: F401  (the idea import finder)
@@ -289,7 +289,7 @@ def main(
     stage: str = typer.Option(
         "wy",
         help="wy (the fused WY backward), fwdho (kda/008, 019), intra (kda/003, 013, 014, 018), "
-        "fwddiag (kda/012, kda/015 to 017), fwdh (kda/020) or dhu (kda/006)",
+        "fwddiag (kda/012, 015 to 017, 022), fwdh (kda/020) or dhu (kda/006)",
     ),
 ) -> None:
     """Print registers, stack, shared memory, static SASS count and programs per SM, at each

@@ -155,6 +155,8 @@ VENDOR = {
         "020-bwd-state-wide": {"kernel": "chain20", "fwdh": "fwdh20"},
         # 019's forward with 020's backward
         "021-state-qg-wide": {"kernel": "chain21"},
+        # 019 with qg written by 012's diagonal kernel instead of fla's w/u kernel
+        "022-diag-qg": {"kernel": "chain22", "intra_fwd": "intrafwd22"},
     },
 }
 

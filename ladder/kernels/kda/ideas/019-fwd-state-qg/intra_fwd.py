@@ -22,7 +22,7 @@ from ladder.kernels.kda.ideas.i012 import intra_fwd as i12
 
 __all__ = ["LIMIT", "fwd_intra"]
 
-LIMIT = i12.LIMIT  # the diagonal kernel's anchored range, kda/012's (its kernel runs here)
+LIMIT = i12.LIMIT  # the diagonal kernel's anchored range (kda/012's value; a test may set it)
 
 
 def fwd_intra(q, k, v, g, beta, scale, cu_seqlens=None, chunk_indices=None, safe_gate=False):
@@ -69,7 +69,7 @@ def fwd_intra(q, k, v, g, beta, scale, cu_seqlens=None, chunk_indices=None, safe
     if NT > 0:
         i12.kda_fwd_diag_kernel[(NT, BT // BC, B * HV)](
             q, k, g, beta, Aqk, Akkd, cu_seqlens, chunk_indices, scale, T, H=H, HV=HV, K=K,
-            BK=min(i12.BK, triton.next_power_of_2(K)), BT=BT, BC=BC, LIMIT=i12.LIMIT,
+            BK=min(i12.BK, triton.next_power_of_2(K)), BT=BT, BC=BC, LIMIT=LIMIT,
             IS_VARLEN=cu_seqlens is not None, num_warps=i12.NUM_WARPS,
             num_stages=i12.NUM_STAGES,
         )  # fmt: skip

@@ -9,7 +9,8 @@ K above ``fwd.MAX_K`` keeps kda/014's forward as it is (kda/008's stage falls ba
 two kernels there, which read q and the gate).
 
 kda/011's ``kda_fwd_chain`` fixes kda/008's state pass in it and stands on its code (records),
-so the chain is written out here once more with the two stages this idea changes.
+so the chain is written out here once more, as ``kda_fwd_chain`` with the intra-chunk stage
+passed in (it must return qg) and this idea's state pass, for later ideas to call.
 
 Env knobs: those of the modules it imports, and fwd.py's KDA_FWDHO19_BV, KDA_FWDHO19_WARPS and
 KDA_FWDHO19_STAGES.
@@ -22,7 +23,7 @@ from ladder.kernels.kda.ideas.i005 import chain
 from ladder.kernels.kda.ideas.i014 import kernel as k14
 from ladder.kernels.kda.ideas.i019 import fwd, intra_fwd
 
-__all__ = ["CASES", "kda_bwd", "kda_fwd"]
+__all__ = ["CASES", "kda_bwd", "kda_fwd", "kda_fwd_chain"]
 
 CASES = ("dense", "varlen", "gva", "state", "lower_bound", "neg_eigval")
 
@@ -39,6 +40,17 @@ def kda_fwd(q, k, v, g, beta, A_log, dt_bias, scale, initial_state, output_final
     [B, T, HV] raw; A_log [HV], dt_bias [HV * K] fp32; initial_state [N, HV, V, K] fp32 or
     None; cu_seqlens [N + 1] int or None. Errors as fla's stages raise them, and
     ``intra_fwd.fwd_intra``'s and ``fwd.fwd_h_o``'s."""
+    return kda_fwd_chain(
+        q, k, v, g, beta, A_log, dt_bias, scale, initial_state, output_final_state, cu_seqlens,
+        lower_bound, safe_gate, allow_neg_eigval, intra_fwd.fwd_intra,
+    )  # fmt: skip
+
+
+def kda_fwd_chain(q, k, v, g, beta, A_log, dt_bias, scale, initial_state, output_final_state,
+                  cu_seqlens, lower_bound, safe_gate, allow_neg_eigval, intra_stage):  # fmt: skip
+    """kda_fwd with ``intra_stage`` for the intra-chunk stage, called as ``intra_stage(qn, kn,
+    v, gc, beta, scale, cu_seqlens=, chunk_indices=, safe_gate=)`` -> (w, u, qg, kg, Aqk,
+    Akk) with qg = q * 2^g in k's dtype (``intra_fwd.fwd_intra``)."""
     if q.shape[-1] > fwd.MAX_K:
         return k14.kda_fwd(
             q, k, v, g, beta, A_log, dt_bias, scale, initial_state, output_final_state,
@@ -67,7 +79,7 @@ def kda_fwd(q, k, v, g, beta, A_log, dt_bias, scale, initial_state, output_final
             g=g, A_log=A_log, dt_bias=dt_bias, scale=chain.RCP_LN2, chunk_size=chain.CHUNK,
             cu_seqlens=cu_seqlens, chunk_indices=chunk_indices, lower_bound=lower_bound,
         )  # fmt: skip
-        w, u, qg, kg, Aqk, Akk = intra_fwd.fwd_intra(
+        w, u, qg, kg, Aqk, Akk = intra_stage(
             qn, kn, v, gc, beta_s, scale, cu_seqlens=cu_seqlens, chunk_indices=chunk_indices,
             safe_gate=safe_gate,
         )  # fmt: skip

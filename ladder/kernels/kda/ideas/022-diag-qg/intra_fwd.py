@@ -1,0 +1,193 @@
+"""The forward's intra-chunk stage of kda/012 with its diagonal-tile kernel also writing the
+gated queries qg = q * 2^g, for kda/019's state pass.
+
+kda/019 showed the state pass reading qg instead of q and the fp32 gate tile gains 0.51 ms at
+prod, and fla's w/u kernel writing qg gives it all back (+0.51 ms: it loads q and stores qg
+in its K loop, at a launch tuned without them). kda/012's diagonal kernel already loads the q
+and gate tiles of every row, once per (sub-chunk, value head, K block), for the diagonal
+scores; here it also stores q * 2^g from them: one exp2 and one bf16 store per element, no
+extra read. The rest is kda/012's kernel as it is (the anchored products, the exact loop,
+the same stores), then fla's off-diagonal/solve kernel and fla's w/u kernel without q, as
+kda/012 runs them. Rows of a packed batch past its last sequence get no qg (no program
+covers them; the state pass reads none of them).
+
+qg's rounding is fla's: q (bf16) in fp32 times ``exp2`` of the fp32 gate, rounded to k's
+dtype, so the state pass's operands are those of kda/019 (and kda/014) to the bit.
+
+With ``safe_gate``, fla's ``chunk_kda_fwd_intra`` runs as kda/019 runs it (its w/u kernel
+writes qg; ``disable_recompute=True`` asks for it): the bounded gate's stage is fla's.
+
+Env knobs: kda/012's (``i012.intra_fwd``: KDA_FWDDIAG_BK, KDA_FWDDIAG_WARPS,
+KDA_FWDDIAG_STAGES), whose values this kernel is launched at (BK, NUM_WARPS, NUM_STAGES here);
+none of its own.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from ladder.kernels.kda.ideas.i012 import intra_fwd as i12
+
+__all__ = ["LIMIT", "fwd_intra"]
+
+LIMIT = i12.LIMIT  # the products' range (kda/012's value; a test may set it)
+# the launch: kda/012's knobs' values (a stage bench's --launch may set these)
+BK, NUM_WARPS, NUM_STAGES = i12.BK, i12.NUM_WARPS, i12.NUM_STAGES
+
+
+@triton.jit(do_not_specialize=["T"])
+def kda_fwd_diag_kernel(
+    q, k, g, beta, Aqk, Akkd, qg, cu_seqlens, chunk_indices, scale, T,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr,
+    BC: tl.constexpr, LIMIT: tl.constexpr, IS_VARLEN: tl.constexpr,
+):  # fmt: skip
+    """One program: sub-chunk i_i of chunk i_t (of batch row i_b, or of chunk_indices' list),
+    value head i_hv. Writes the sub-chunk's diagonal tile of Aqk (scaled, 0 above the
+    diagonal) and of A into Akkd (fp32, strictly lower, 0 elsewhere), and the sub-chunk's rows
+    of qg = q * 2^g (the value head's gate, in qg's dtype) from the tiles the products load."""
+    i_t, i_i, i_bh = tl.program_id(0).to(tl.int64), tl.program_id(1), tl.program_id(2)
+    i_b, i_hv = (i_bh // HV).to(tl.int64), i_bh % HV
+    i_h = i_hv // (HV // H)
+    if IS_VARLEN:
+        i_n = tl.load(chunk_indices + i_t * 2).to(tl.int64)
+        i_t = tl.load(chunk_indices + i_t * 2 + 1).to(tl.int64)
+        bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+        eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
+    else:
+        bos = i_b * T
+        eos = bos + T
+    L = eos - bos
+    i0 = i_t * BT + i_i * BC
+    if i0 >= L:
+        return
+
+    SQK: tl.constexpr = H * K
+    SG: tl.constexpr = HV * K
+    q += (bos * H + i_h) * K
+    k += (bos * H + i_h) * K
+    g += (bos * HV + i_hv) * K
+    beta += bos * HV + i_hv
+    Aqk += (bos * HV + i_hv) * BT
+    Akkd += (bos * HV + i_hv) * BC
+    qg += (bos * HV + i_hv) * K
+
+    o_i = tl.arange(0, BC)
+    rows = i0 + o_i
+    m_r = rows < L
+    b_b = tl.load(beta + rows * HV, mask=m_r, other=0.0).to(tl.float32)
+    b_aq = tl.zeros([BC, BC], dtype=tl.float32)
+    b_ak = tl.zeros([BC, BC], dtype=tl.float32)
+    b_bad = tl.zeros([BC], dtype=tl.int32)
+    for i_k in range(0, tl.cdiv(K, BK)):
+        o_k = i_k * BK + tl.arange(0, BK)
+        m_k = o_k < K
+        m_rk = m_r[:, None] & m_k[None, :]
+        b_q = tl.load(q + rows[:, None] * SQK + o_k[None, :], mask=m_rk, other=0.0)
+        b_k = tl.load(k + rows[:, None] * SQK + o_k[None, :], mask=m_rk, other=0.0)
+        b_g = tl.load(g + rows[:, None] * SG + o_k[None, :], mask=m_rk, other=0.0)
+        # qg as fla's w/u kernel forms it: q in fp32 times 2^g, rounded to qg's dtype
+        b_qg = b_q.to(tl.float32) * tl.exp2(b_g)
+        tl.store(qg + rows[:, None] * SG + o_k[None, :], b_qg.to(qg.dtype.element_ty), mask=m_rk)
+        b_ga = tl.load(g + i0 * SG + o_k, mask=m_k, other=0.0)  # the anchor: the first row
+        b_x = tl.where(m_rk, b_g - b_ga[None, :], 0.0)  # row exponents (<= 0: non-increasing g)
+        b_er = tl.exp2(b_x)
+        b_kt = tl.trans(b_k.to(tl.float32) * tl.exp2(-b_x))  # key factors, >= 1
+        b_aq += tl.dot(b_q.to(tl.float32) * b_er, b_kt, input_precision="tf32x3")
+        b_ak += tl.dot(b_k.to(tl.float32) * b_er, b_kt, input_precision="tf32x3")
+        b_bad |= (tl.max(tl.abs(b_x), axis=1) > LIMIT).to(tl.int32)
+
+    m_le = o_i[None, :] <= o_i[:, None]
+    m_lt = o_i[None, :] < o_i[:, None]
+    p_aq = Aqk + rows[:, None] * (HV * BT) + (i_i * BC + o_i)[None, :]
+    p_ak = Akkd + rows[:, None] * (HV * BC) + o_i[None, :]
+    b_aq = tl.where(m_le, b_aq * scale, 0.0)
+    tl.store(p_aq, b_aq.to(Aqk.dtype.element_ty), mask=m_r[:, None])
+    tl.store(p_ak, tl.where(m_lt, b_ak * b_b[:, None], 0.0), mask=m_r[:, None])
+
+    # rows past the range, and every later row of the sub-chunk: exact, one exp2 per pair
+    b_bad = (tl.cumsum(b_bad, axis=0) > 0) & m_r
+    if tl.max(b_bad.to(tl.int32), axis=0) > 0:
+        tl.debug_barrier()
+        for jj in range(0, tl.minimum(BC, L - i0)):
+            c_q = tl.zeros([BC], dtype=tl.float32)
+            c_k = tl.zeros([BC], dtype=tl.float32)
+            for i_k in range(0, tl.cdiv(K, BK)):
+                o_k = i_k * BK + tl.arange(0, BK)
+                m_k = o_k < K
+                m_e = ((o_i >= jj) & m_r)[:, None] & m_k[None, :]
+                b_q = tl.load(q + rows[:, None] * SQK + o_k[None, :], mask=m_e, other=0.0)
+                b_k = tl.load(k + rows[:, None] * SQK + o_k[None, :], mask=m_e, other=0.0)
+                b_g = tl.load(g + rows[:, None] * SG + o_k[None, :], mask=m_e, other=0.0)
+                b_kj = tl.load(k + (i0 + jj) * SQK + o_k, mask=m_k, other=0.0).to(tl.float32)
+                b_gj = tl.load(g + (i0 + jj) * SG + o_k, mask=m_k, other=0.0)
+                b_e = tl.exp2(tl.where(m_e, b_g - b_gj[None, :], -float("inf")))
+                b_ke = b_kj[None, :] * b_e
+                c_q += tl.sum(b_q.to(tl.float32) * b_ke, axis=1)
+                c_k += tl.sum(b_k.to(tl.float32) * b_ke, axis=1)
+            m_s = b_bad & (o_i >= jj)
+            tl.store(Aqk + rows * (HV * BT) + i_i * BC + jj, (c_q * scale).to(Aqk.dtype.element_ty),
+                     mask=m_s)  # fmt: skip
+            tl.store(Akkd + rows * (HV * BC) + jj, tl.where(o_i > jj, c_k * b_b, 0.0), mask=m_s)
+
+
+def fwd_intra(q, k, v, g, beta, scale, cu_seqlens=None, chunk_indices=None, safe_gate=False):
+    """(w, u, qg, kg, Aqk, Akk): kda/012's ``fwd_intra`` with qg written by the diagonal-tile
+    kernel (module docstring).
+
+    q, k: [B, T, H, K] L2-normalised; v: [B, T, HV, V]; g: [B, T, HV, K] fp32 gate cumsum in
+    log2 units (chunk 64); beta: [B, T, HV]; scale: float; cu_seqlens [N + 1] with B == 1 and
+    chunk_indices [NT, 2] (fla's, for chunk 64) for a packed batch. Returns w, qg, kg
+    [B, T, HV, K] and u [B, T, HV, V] in k's / v's dtype (qg's rows past a packed batch's
+    last sequence unwritten), Aqk and Akk [B, T, HV, 64] in k's dtype. Raises ValueError for
+    mismatched shapes, HV not a multiple of H, a g that is not fp32, or a packed batch
+    without chunk_indices (kda/012's checks)."""
+    from fla.ops.kda.chunk_intra import chunk_kda_fwd_intra, chunk_kda_fwd_kernel_inter_solve_fused
+    from fla.ops.kda.wy_fast import recompute_w_u_fwd
+
+    if safe_gate:
+        return chunk_kda_fwd_intra(
+            q=q, k=k, v=v, gk=g, beta=beta, scale=scale, cu_seqlens=cu_seqlens,
+            chunk_size=i12.BT, chunk_indices=chunk_indices, safe_gate=True,
+            disable_recompute=True,
+        )  # fmt: skip
+    B, T, H, K = k.shape
+    HV = v.shape[2]
+    if q.shape != k.shape or v.shape[:2] != (B, T) or g.shape != (B, T, HV, K):
+        raise ValueError(
+            f"fwd_intra: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}, g "
+            f"{tuple(g.shape)} do not fit q, k [B, T, H, K], v [B, T, HV, V], g [B, T, HV, K]"
+        )
+    if beta.shape != (B, T, HV):
+        raise ValueError(f"fwd_intra: beta {tuple(beta.shape)} is not [B, T, HV] = {(B, T, HV)}")
+    if HV % H:
+        raise ValueError(f"fwd_intra: HV = {HV} value heads is not a multiple of H = {H}")
+    if g.dtype != torch.float32:
+        raise ValueError(f"fwd_intra: g must be the fp32 gate cumsum, got {g.dtype}")
+    if cu_seqlens is not None and chunk_indices is None:
+        raise ValueError("fwd_intra: a packed batch (cu_seqlens) needs fla's chunk_indices")
+    q, k, v, g, beta = (t.contiguous() for t in (q, k, v, g, beta))
+    if cu_seqlens is not None:
+        cu_seqlens, chunk_indices = cu_seqlens.contiguous(), chunk_indices.contiguous()
+    BT, BC = i12.BT, i12.BC
+    NT = triton.cdiv(T, BT) if cu_seqlens is None else chunk_indices.shape[0]
+    Aqk = torch.empty(B, T, HV, BT, device=k.device, dtype=k.dtype)
+    Akk = torch.zeros(B, T, HV, BT, device=k.device, dtype=k.dtype)  # the solve writes below
+    Akkd = torch.empty(B, T, HV, BC, device=k.device, dtype=torch.float32)
+    qg = torch.empty(B, T, HV, K, device=k.device, dtype=k.dtype)
+    if NT > 0:
+        kda_fwd_diag_kernel[(NT, BT // BC, B * HV)](
+            q, k, g, beta, Aqk, Akkd, qg, cu_seqlens, chunk_indices, scale, T, H=H, HV=HV, K=K,
+            BK=min(BK, triton.next_power_of_2(K)), BT=BT, BC=BC, LIMIT=LIMIT,
+            IS_VARLEN=cu_seqlens is not None, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+        )  # fmt: skip
+        chunk_kda_fwd_kernel_inter_solve_fused[(NT, B * HV)](
+            q=q, k=k, g=g, beta=beta, Aqk=Aqk, Akkd=Akkd, Akk=Akk, scale=scale,
+            cu_seqlens=cu_seqlens, chunk_indices=chunk_indices, T=T, H=H, HV=HV, K=K, BT=BT,
+            BC=BC, NC=BT // BC, USE_SAFE_GATE=False, USE_GRAPH=False,
+        )  # fmt: skip
+    w, u, _, kg = recompute_w_u_fwd(
+        k=k, v=v, beta=beta, A=Akk, q=None, gk=g, cu_seqlens=cu_seqlens,
+        chunk_indices=chunk_indices,
+    )  # fmt: skip
+    return w, u, qg, kg, Aqk, Akk
