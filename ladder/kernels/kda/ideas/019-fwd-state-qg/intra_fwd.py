@@ -20,9 +20,34 @@ import torch
 import triton
 from ladder.kernels.kda.ideas.i012 import intra_fwd as i12
 
-__all__ = ["LIMIT", "fwd_intra"]
+__all__ = ["LIMIT", "checked", "fwd_intra"]
 
 LIMIT = i12.LIMIT  # the diagonal kernel's anchored range (kda/012's value; a test may set it)
+
+
+def checked(q, k, v, g, beta, cu_seqlens, chunk_indices):
+    """The stage's inputs, contiguous, after kda/012's checks (ValueError naming what does not
+    fit): q, k [B, T, H, K]; v [B, T, HV, V]; g [B, T, HV, K] fp32; beta [B, T, HV]; HV a
+    multiple of H; chunk_indices given with cu_seqlens."""
+    B, T, H, K = k.shape
+    HV = v.shape[2]
+    if q.shape != k.shape or v.shape[:2] != (B, T) or g.shape != (B, T, HV, K):
+        raise ValueError(
+            f"fwd_intra: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}, g "
+            f"{tuple(g.shape)} do not fit q, k [B, T, H, K], v [B, T, HV, V], g [B, T, HV, K]"
+        )
+    if beta.shape != (B, T, HV):
+        raise ValueError(f"fwd_intra: beta {tuple(beta.shape)} is not [B, T, HV] = {(B, T, HV)}")
+    if HV % H:
+        raise ValueError(f"fwd_intra: HV = {HV} value heads is not a multiple of H = {H}")
+    if g.dtype != torch.float32:
+        raise ValueError(f"fwd_intra: g must be the fp32 gate cumsum, got {g.dtype}")
+    if cu_seqlens is not None and chunk_indices is None:
+        raise ValueError("fwd_intra: a packed batch (cu_seqlens) needs fla's chunk_indices")
+    q, k, v, g, beta = (t.contiguous() for t in (q, k, v, g, beta))
+    if cu_seqlens is not None:
+        cu_seqlens, chunk_indices = cu_seqlens.contiguous(), chunk_indices.contiguous()
+    return q, k, v, g, beta, cu_seqlens, chunk_indices
 
 
 def fwd_intra(q, k, v, g, beta, scale, cu_seqlens=None, chunk_indices=None, safe_gate=False):
@@ -43,24 +68,11 @@ def fwd_intra(q, k, v, g, beta, scale, cu_seqlens=None, chunk_indices=None, safe
             chunk_size=i12.BT, chunk_indices=chunk_indices, safe_gate=True,
             disable_recompute=True,
         )  # fmt: skip
+    q, k, v, g, beta, cu_seqlens, chunk_indices = checked(
+        q, k, v, g, beta, cu_seqlens, chunk_indices
+    )
     B, T, H, K = k.shape
     HV = v.shape[2]
-    if q.shape != k.shape or v.shape[:2] != (B, T) or g.shape != (B, T, HV, K):
-        raise ValueError(
-            f"fwd_intra: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}, g "
-            f"{tuple(g.shape)} do not fit q, k [B, T, H, K], v [B, T, HV, V], g [B, T, HV, K]"
-        )
-    if beta.shape != (B, T, HV):
-        raise ValueError(f"fwd_intra: beta {tuple(beta.shape)} is not [B, T, HV] = {(B, T, HV)}")
-    if HV % H:
-        raise ValueError(f"fwd_intra: HV = {HV} value heads is not a multiple of H = {H}")
-    if g.dtype != torch.float32:
-        raise ValueError(f"fwd_intra: g must be the fp32 gate cumsum, got {g.dtype}")
-    if cu_seqlens is not None and chunk_indices is None:
-        raise ValueError("fwd_intra: a packed batch (cu_seqlens) needs fla's chunk_indices")
-    q, k, v, g, beta = (t.contiguous() for t in (q, k, v, g, beta))
-    if cu_seqlens is not None:
-        cu_seqlens, chunk_indices = cu_seqlens.contiguous(), chunk_indices.contiguous()
     BT, BC = i12.BT, i12.BC
     NT = triton.cdiv(T, BT) if cu_seqlens is None else chunk_indices.shape[0]
     Aqk = torch.empty(B, T, HV, BT, device=k.device, dtype=k.dtype)

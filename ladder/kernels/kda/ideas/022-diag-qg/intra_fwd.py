@@ -28,6 +28,7 @@ import torch
 import triton
 import triton.language as tl
 from ladder.kernels.kda.ideas.i012 import intra_fwd as i12
+from ladder.kernels.kda.ideas.i019 import intra_fwd as i19
 
 __all__ = ["LIMIT", "fwd_intra"]
 
@@ -141,7 +142,7 @@ def fwd_intra(q, k, v, g, beta, scale, cu_seqlens=None, chunk_indices=None, safe
     [B, T, HV, K] and u [B, T, HV, V] in k's / v's dtype (qg's rows past a packed batch's
     last sequence unwritten), Aqk and Akk [B, T, HV, 64] in k's dtype. Raises ValueError for
     mismatched shapes, HV not a multiple of H, a g that is not fp32, or a packed batch
-    without chunk_indices (kda/012's checks)."""
+    without chunk_indices (kda/012's checks, ``i019.checked``)."""
     from fla.ops.kda.chunk_intra import chunk_kda_fwd_intra, chunk_kda_fwd_kernel_inter_solve_fused
     from fla.ops.kda.wy_fast import recompute_w_u_fwd
 
@@ -151,24 +152,11 @@ def fwd_intra(q, k, v, g, beta, scale, cu_seqlens=None, chunk_indices=None, safe
             chunk_size=i12.BT, chunk_indices=chunk_indices, safe_gate=True,
             disable_recompute=True,
         )  # fmt: skip
+    q, k, v, g, beta, cu_seqlens, chunk_indices = i19.checked(
+        q, k, v, g, beta, cu_seqlens, chunk_indices
+    )
     B, T, H, K = k.shape
     HV = v.shape[2]
-    if q.shape != k.shape or v.shape[:2] != (B, T) or g.shape != (B, T, HV, K):
-        raise ValueError(
-            f"fwd_intra: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}, g "
-            f"{tuple(g.shape)} do not fit q, k [B, T, H, K], v [B, T, HV, V], g [B, T, HV, K]"
-        )
-    if beta.shape != (B, T, HV):
-        raise ValueError(f"fwd_intra: beta {tuple(beta.shape)} is not [B, T, HV] = {(B, T, HV)}")
-    if HV % H:
-        raise ValueError(f"fwd_intra: HV = {HV} value heads is not a multiple of H = {H}")
-    if g.dtype != torch.float32:
-        raise ValueError(f"fwd_intra: g must be the fp32 gate cumsum, got {g.dtype}")
-    if cu_seqlens is not None and chunk_indices is None:
-        raise ValueError("fwd_intra: a packed batch (cu_seqlens) needs fla's chunk_indices")
-    q, k, v, g, beta = (t.contiguous() for t in (q, k, v, g, beta))
-    if cu_seqlens is not None:
-        cu_seqlens, chunk_indices = cu_seqlens.contiguous(), chunk_indices.contiguous()
     BT, BC = i12.BT, i12.BC
     NT = triton.cdiv(T, BT) if cu_seqlens is None else chunk_indices.shape[0]
     Aqk = torch.empty(B, T, HV, BT, device=k.device, dtype=k.dtype)
