@@ -43,6 +43,7 @@ IDEAS = (
     "020",
     "021",
     "022",
+    "023",
 )
 
 SCRIPT = textwrap.dedent(

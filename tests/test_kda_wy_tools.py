@@ -170,6 +170,26 @@ def test_017s_passes_keep_012s_programs_per_sm_at_one_stage_only() -> None:
 
 
 @pytest.mark.slow
+def test_023s_qg_loop_keeps_017s_registers_at_its_launch() -> None:
+    """The static compile behind kda/023's NOTES.md: at kda/017's launch (BK 32, 1 warp, 1
+    stage) its diagonal kernel, which also writes qg in a K loop of block pointers after the
+    passes, takes kda/017's registers and programs per SM, and more instructions."""
+    import kda_wy_sass
+    from cconv_sass import sass_stats
+
+    try:
+        ks = {i: kda_wy_sass.compile_fwddiag(i, 32, 1, 1) for i in ("017", "023")}
+    except FileNotFoundError as exc:
+        pytest.skip(f"this Triton has no sm90 tools: {exc}")
+    st = {i: sass_stats(k.asm["cubin"]) for i, k in ks.items()}
+    n = {i: kda_wy_sass.resident(st[i]["regs"], ks[i].metadata.shared, 1) for i in ks}
+    assert st["023"]["stack"] == st["017"]["stack"] == 0, st
+    assert st["023"]["regs"] == st["017"]["regs"] and n["023"] == n["017"] == 12, (st, n)
+    assert st["023"]["instrs"] > st["017"]["instrs"], st
+    assert kda_wy_sass.idea_launch("023", "fwddiag") == [32, 1, 1]  # kda/017's knobs
+
+
+@pytest.mark.slow
 def test_018s_first_launch_keeps_003s_registers_and_the_deep_kernel_compiles() -> None:
     """The static compile behind kda/018's NOTES.md: with the deep tiles queued, its first
     launch needs no more registers than kda/003's kernel (uncapped) and spills no more at

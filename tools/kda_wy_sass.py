@@ -19,8 +19,9 @@ sub-chunk), kda/013 (one per chunk), kda/014 (kda/003's under a register cap) or
 (kda/003's with its deep diagonal tiles queued; its deep tiles' kernel printed on a
 second line) at each BK, warps, stages[, maxnreg], dense batch.
 `--stage fwddiag` compiles the forward's diagonal-tile kernel (``intra_fwd.kda_fwd_diag_kernel``)
-of kda/012, kda/015 to kda/017 or kda/022 (012's writing qg too) at each BK, warps, stages[, exact_bk] (exact_bk: kda/015's
-exact path's K step; the others' kernels have none), dense batch, bf16 q and k.
+of kda/012, kda/015 to kda/017, kda/022 or kda/023 (022's and 023's: 012's and 017's writing
+qg too) at each BK, warps, stages[, exact_bk] (exact_bk: kda/015's exact path's K step; the
+others' kernels have none), dense batch, bf16 q and k.
 `--stage fwdho` compiles an idea's ``fwd.chunk_kda_fwd_kernel_h_o`` (kda/008, 019) at each
 BV, warps, stages, at the same sizes, with no initial or final state.
 `--stage fwdh` and `--stage dhu` compile fla 0.6.0's state kernels as an idea launches them at
@@ -198,7 +199,7 @@ def compile_intra_deep(idea: str, bk: int, warps: int):
 
 
 def compile_fwddiag(idea: str, bk: int, warps: int, stages: int, exact_bk: int | None = None):
-    """Triton's compiled forward diagonal-tile kernel of a kda idea (kda/012, 015 to 017, 022)
+    """Triton's compiled forward diagonal-tile kernel of a kda idea (kda/012, 015 to 017, 022, 023)
     for sm90 at prod's sizes, dense batch, launched as its wrapper does; exact_bk (kda/015's
     exact path's K step) defaults to the idea's knob and is refused for a kernel without one."""
     import ladder  # noqa: F401  (the idea import finder)
@@ -289,7 +290,7 @@ def main(
     stage: str = typer.Option(
         "wy",
         help="wy (the fused WY backward), fwdho (kda/008, 019), intra (kda/003, 013, 014, 018), "
-        "fwddiag (kda/012, 015 to 017, 022), fwdh (kda/020) or dhu (kda/006)",
+        "fwddiag (kda/012, 015 to 017, 022, 023), fwdh (kda/020) or dhu (kda/006)",
     ),
 ) -> None:
     """Print registers, stack, shared memory, static SASS count and programs per SM, at each

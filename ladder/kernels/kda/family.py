@@ -157,6 +157,8 @@ VENDOR = {
         "021-state-qg-wide": {"kernel": "chain21"},
         # 019 with qg written by 012's diagonal kernel instead of fla's w/u kernel
         "022-diag-qg": {"kernel": "chain22", "intra_fwd": "intrafwd22"},
+        # 022 with 017's diagonal kernel (anchored segments) writing qg
+        "023-segments-qg": {"kernel": "chain23", "intra_fwd": "intrafwd23"},
     },
 }
 
