@@ -24,14 +24,8 @@ kda_bwd = k14.kda_bwd
 
 def kda_fwd(q, k, v, g, beta, A_log, dt_bias, scale, initial_state, output_final_state,
             cu_seqlens, lower_bound, safe_gate, allow_neg_eigval):  # fmt: skip
-    """fla's forward with the layer's flags, this idea's intra-chunk stage (writing qg) and
-    kda/019's state pass reading it: (o [B, T, HV, V] in q's dtype, final_state
-    [N, HV, V, K] fp32 or None, ctx for kda_bwd).
-
-    q, k: [B, T, H, K]; v: [B, T, HV, V]; g: [B, T, HV, K], the raw gate input; beta:
-    [B, T, HV] raw; A_log [HV], dt_bias [HV * K] fp32; initial_state [N, HV, V, K] fp32 or
-    None; cu_seqlens [N + 1] int or None. Errors as fla's stages raise them, and
-    ``intra_fwd.fwd_intra``'s and kda/019's ``fwd.fwd_h_o``'s."""
+    """kda/022's forward (kda/019's ``kda_fwd_chain``) with this idea's intra-chunk stage:
+    shapes, outputs and errors as kda/022's ``kda_fwd`` gives them."""
     return k19.kda_fwd_chain(
         q, k, v, g, beta, A_log, dt_bias, scale, initial_state, output_final_state, cu_seqlens,
         lower_bound, safe_gate, allow_neg_eigval, intra_fwd.fwd_intra,
