@@ -6,8 +6,8 @@ Same signature and return value as flash-linear-attention 0.6.0's `fla.ops.kda.c
 Calls inside the supported box run the chain promoted from the ladder, once one is vendored
 (`_kernels/`, with `_provenance.py` naming the record and commit it came from); every other
 call is forwarded to fla verbatim, so the result is bit-identical to fla's there. The chain
-vendored now is ladder idea kda/014-intra-reg-cap (record 20261204T151500Z-5d0fda72:
-1.497x fla's forward+backward at B16 T8192 H16 K128 V256 on an H200). `is_supported(...)` says which
+vendored now is ladder idea kda/022-diag-qg (record 20261205T051110Z-dd4482b7:
+1.526x fla's forward+backward, 1.189x its forward, at B16 T8192 H16 K128 V256 on an H200). `is_supported(...)` says which
 case a call is and why; `warmup(...)` checks the fla internals the chain relies on and fills
 the compile and autotune caches.
 

@@ -3,11 +3,11 @@
 """Where kernel_fun.kda._kernels came from. Literals only: tools/drift.py reads them
 with ast.literal_eval and never imports this module."""
 
-SOURCE_COMMIT = "b9100725b13bd8cb78dc7ed8e78fbee042ca1f96"
+SOURCE_COMMIT = "4076ca5ef209db951d7ec85d36424abd0b4292b9"
 RECORD = {
-    "idea": "014-intra-reg-cap",
-    "record_id": "20261204T151500Z-5d0fda72",
-    "sha256": "92178fab48b6d3d2c6a5447d7b3222a78648a4ea1628dad9ac22dbff02aa0135",
+    "idea": "022-diag-qg",
+    "record_id": "20261205T051110Z-dd4482b7",
+    "sha256": "3c4ba00993c1a390597407c0841eca7df7192c7314175d03557216eb60fb38c2",
 }
 KNOBS = {
     "KDA_DHU_BV": 64,
@@ -16,6 +16,9 @@ KNOBS = {
     "KDA_FWDDIAG_BK": 32,
     "KDA_FWDDIAG_STAGES": 2,
     "KDA_FWDDIAG_WARPS": 1,
+    "KDA_FWDHO19_BV": 128,
+    "KDA_FWDHO19_STAGES": 2,
+    "KDA_FWDHO19_WARPS": 8,
     "KDA_FWDHO_BV": 128,
     "KDA_FWDHO_STAGES": 2,
     "KDA_FWDHO_WARPS": 8,
@@ -61,21 +64,31 @@ SOURCE_FILES = {
     "ladder/kernels/kda/ideas/013-bwd-intra-chunk/kernel.py": "d10da611e0410efac8c212e5070700607818e4e469a8a9111a8f3c5c4eb91963",
     "ladder/kernels/kda/ideas/014-intra-reg-cap/intra.py": "901f66a3071dd22c636b380f83c048def32bcacb1aaaca5b2f0359d7f8fb4967",
     "ladder/kernels/kda/ideas/014-intra-reg-cap/kernel.py": "501eb2c91da38444047eed73246b12a97baaa059a4e1bb0d6562089d88a7894a",
+    "ladder/kernels/kda/ideas/019-fwd-state-qg/fwd.py": "b41d55af97c378871c64f65f8e2172d3d6ebf93d274a4b6bfe92a01219bbba1f",
+    "ladder/kernels/kda/ideas/019-fwd-state-qg/intra_fwd.py": "d836625c1e8461107b0fd993e1fceaa5f9968fedbeee8611ec98e496e097d731",
+    "ladder/kernels/kda/ideas/019-fwd-state-qg/kernel.py": "72756405e62cc341c724b669cf01de5ca071f699a4da64b39dd9112d0b7fe40e",
+    "ladder/kernels/kda/ideas/022-diag-qg/intra_fwd.py": "1f456baf5794a88e9bef1c8960f6115e0883dd824422df3069e51194128d1e22",
+    "ladder/kernels/kda/ideas/022-diag-qg/kernel.py": "40970b3d2f6eb0d1b80d67d4978747696fe81ca79c90f89c9dce896c4938094d",
 }
 OUTPUT_FILES = {
-    "package/src/kernel_fun/kda/_kernels/__init__.py": "e40a494bb8175e6ab61204767299f203ea23facbf156d9642953ba48045727f0",
-    "package/src/kernel_fun/kda/_kernels/chain11.py": "997645d0942b28a3e79db471d22b0f5f69b1671ebea729b49d6945c942fe3c20",
-    "package/src/kernel_fun/kda/_kernels/chain12.py": "d291456085aeaabaaad2a6f41ee90c129623881eb78dbcc9dd3314c4256e8d6a",
-    "package/src/kernel_fun/kda/_kernels/chain13.py": "f74d628a4e4e1cec981288bca61eb8f0144e7e88adf1c4b5c2bb7955c9ab06c2",
-    "package/src/kernel_fun/kda/_kernels/chain14.py": "2f244bfc03e3b639b90a26b9b1b7fb46f373295b808d7015fa081abb50aaa74c",
-    "package/src/kernel_fun/kda/_kernels/chain_stages5.py": "8cd9ced54cc4b1e94e01ecb1b26f2a50af755e0f4825b396c4ced91458393c57",
-    "package/src/kernel_fun/kda/_kernels/dhu6.py": "30ea703671167e318bdf424547c311eb5682805aee35558ab0750f118fb69a13",
-    "package/src/kernel_fun/kda/_kernels/fwd8.py": "c40fbb0fd1c9c0509ca6c4c8106995c4236f5f41c426525e523612b14a31668c",
-    "package/src/kernel_fun/kda/_kernels/gate9.py": "6fc2ac32abe4b6d2d885d3f522853185d38f8558a2a6c466bb635c19dce2e687",
-    "package/src/kernel_fun/kda/_kernels/intra14.py": "395ccaa35df502e28376d608c9f0f4dab3b014839f5f3f89e7218f2d25a079c4",
-    "package/src/kernel_fun/kda/_kernels/intra3.py": "6b8cec6e9f01dcdc21a7eb5695e6051201af1c2386ebdcaa8c5c83cb8169cca5",
-    "package/src/kernel_fun/kda/_kernels/intrafwd12.py": "e81a07d2fdfe8dd374c7c9cb2288d83321171894650288076c82c144652ae30f",
-    "package/src/kernel_fun/kda/_kernels/wy5.py": "14dac1bffc2c53d9be20b16fdfcc55371e1872ee6a8cabd76af541cfeb62ac65",
+    "package/src/kernel_fun/kda/_kernels/__init__.py": "96d7ab7046d74095dd5abbce841b3a8f97ea031dc50c4d12626823cc947fe548",
+    "package/src/kernel_fun/kda/_kernels/chain11.py": "74baf6e9b44cdd810b7a0ebe8dd9c8d0a8e467658144e649752d4577688cd1d2",
+    "package/src/kernel_fun/kda/_kernels/chain12.py": "cdee9661dd1c7383d5ecdc7abcb8d0dae0d6e6853f1bc341974da57abaf0d8aa",
+    "package/src/kernel_fun/kda/_kernels/chain13.py": "6e2f5a6b5eb726525f27bf3862b8f945d094712ec175f7088c405eb29b0e08b6",
+    "package/src/kernel_fun/kda/_kernels/chain14.py": "58d2dc9a7781e179e6defc91aa97fa4d315b4d088e0cc592291760e00f86210b",
+    "package/src/kernel_fun/kda/_kernels/chain19.py": "1b01942e78eeef4371715c38dede26f5f86101d9f762e742f2097720d3e66370",
+    "package/src/kernel_fun/kda/_kernels/chain22.py": "ebb3248262cf795a631047a78d8513060b5d80a5ee1ed2aa1cba36cc40f1da1d",
+    "package/src/kernel_fun/kda/_kernels/chain_stages5.py": "0ea7086ef64877b3b8459dcc9700cb519217214006ec8b84f633d6417d577c58",
+    "package/src/kernel_fun/kda/_kernels/dhu6.py": "d6dea01f1855392761cfb9a77588ab8713cedc08fb00ebeae29e050c219cd393",
+    "package/src/kernel_fun/kda/_kernels/fwd19.py": "d212b1c5381e370c19c6e1ca34dbb9bd27c15b4ccb8a4b7df650a9be79c43d30",
+    "package/src/kernel_fun/kda/_kernels/fwd8.py": "76874a635bc64dfdd1aa45fccfe1852c9b82133ea1d07c9585e373c26a25d62e",
+    "package/src/kernel_fun/kda/_kernels/gate9.py": "a9918ec11fc7339f2129a139a00cdc3ddc68e4ec5b07fc0ee31bc8939d40f518",
+    "package/src/kernel_fun/kda/_kernels/intra14.py": "2bd21b29067b66962aeb08bb8764c82db1a590c65712d76a64b4836b613c75f4",
+    "package/src/kernel_fun/kda/_kernels/intra3.py": "ab45b936a3ae5e2a32e74ba7109ed00f8ff7f28d90d1bcd77fd9d75427e1fed0",
+    "package/src/kernel_fun/kda/_kernels/intrafwd12.py": "243bb5ff01ae66ffa35877b0e9d0e98c24f8e5051d768554a91a3c3ba465d2f1",
+    "package/src/kernel_fun/kda/_kernels/intrafwd19.py": "aafaaf30224677e08c8209617d53865e98b2b17eb997d55ccc0afceffa66e439",
+    "package/src/kernel_fun/kda/_kernels/intrafwd22.py": "7978608912743c7deb3d6d19439ad30b5cbff351390b412881ab54d84e89fe15",
+    "package/src/kernel_fun/kda/_kernels/wy5.py": "bf7adb081172a986a76947f9ed0cb53ac03fc3e9cab8b8c3438ab029e2ce6e82",
 }
 VENDOR = {
     "libcst": "1.9.0",
