@@ -82,8 +82,8 @@ def test_readme_research_numbers_are_the_committed_records() -> None:
         (kda15 + "20261204T195932Z-2bf91e9f.json", "neg-eigval", "| 015 at neg-eigval B4 T4000", 3, 3),
         (kda16 + "20261204T204041Z-b7f42b87.json", "deep-gate", "| 016 at deep-gate B4 T4000", 3, 3),
         (kda16 + "20261204T204041Z-b7f42b87.json", "neg-eigval", "| 016 at neg-eigval B4 T4000", 3, 3),
-        (kda22 + "20261205T051110Z-dd4482b7.json", "prod", "| 022 at prod B16 T8192 H16 K128 V256 (the winner", 3, 2),
-        (kda14 + "20261204T151500Z-5d0fda72.json", "prod", "| 014 at prod B16 T8192 H16 K128 V256 (promoted", 3, 2),
+        (kda22 + "20261205T051110Z-dd4482b7.json", "prod", "| 022 at prod B16 T8192 H16 K128 V256 (promoted", 3, 2),
+        (kda14 + "20261204T151500Z-5d0fda72.json", "prod", "| 014 at prod B16 T8192 H16 K128 V256 (2026-12-04)", 3, 2),
         (kda12 + "20261203T114202Z-e5db58d3.json", "prod", "| 012 at prod B16 T8192 H16 K128 V256 |", 3, 2),
         (kda12 + "20261204T062921Z-e5db58d3.json", "t2048", "| 012 at t2048 B16 T2048 |", 3, 3),
         (kda9 + "20261202T223615Z-da4b2fd8.json", "prod", "| 009 at prod B16 T8192 H16 K128 V256, forward state stage at BV 128", 3, 2),
@@ -225,7 +225,7 @@ def test_readme_quotes_the_kda_014_sweep_record() -> None:
     path = "ladder/kernels/kda/ideas/014-intra-reg-cap/records/20261204T194602Z-5d0fda72.json"
     t, neg, deep = (_shape(path, n) for n in ("t2048", "neg-eigval", "deep-gate"))
     assert (
-        f"it is {t['fwdbwd']['ratio']:.3f}x at t2048 (B16 T2048; forward {t['fwd']['ratio']:.3f}x, "
+        f"runs at {t['fwdbwd']['ratio']:.3f}x at t2048 (B16 T2048; forward {t['fwd']['ratio']:.3f}x, "
         f"backward {t['bwd']['ratio']:.3f}x), {neg['fwdbwd']['ratio']:.3f}x at neg-eigval (beta near "
         f"2) and {deep['fwdbwd']['ratio']:.3f}x at deep-gate"
     ) in readme
