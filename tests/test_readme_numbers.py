@@ -246,3 +246,43 @@ def test_readme_quotes_the_cconv_012_host_report() -> None:
     assert f"{small['kernel_fun']:.1f} and {small['kernel_fun_grad']:.1f} us" in readme
     dec = [rep["decode_us"][k]["kernel_fun"] for k in ("n1", "n16", "n64")]
     assert f"{min(dec):.1f}-{max(dec):.1f} us against fla's" in readme
+
+
+def test_readme_headline_names_the_vendored_kda_chain() -> None:
+    """The opening paragraph names the idea and record the package's kda chain was vendored
+    from (its _provenance.py) and that record's prod forward+backward ratio."""
+    import ast
+
+    from ladder import records
+
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    prov = ROOT / "package" / "src" / "kernel_fun" / "kda" / "_provenance.py"
+    tree = ast.parse(prov.read_text())
+    (record,) = [
+        ast.literal_eval(n.value)
+        for n in tree.body
+        if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "RECORD"
+    ]
+    idea, rid = record["idea"], record["record_id"]
+    rec = json.loads(
+        (ROOT / "ladder/kernels/kda/ideas" / idea / "records" / f"{rid}.json").read_text()
+    )
+    head = readme[: readme.index("## Set up and test")]
+    assert (
+        f"the promoted chain (ladder idea `kda/{idea[:3]}`, {records.prod_ratio(rec):.3f}x fla's "
+        f"forward+backward at B16 T8192 H16 K128 V256 on an H200, record `{rid}`)"
+    ) in head
+
+
+def test_readme_names_the_next_free_idea_numbers() -> None:
+    """The research loop's scaffold example names the numbers `ladder new` would give."""
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    ideas = ROOT / "ladder" / "kernels"
+    nxt = {
+        fam: 1
+        + max(int(p.name[:3]) for p in (ideas / fam / "ideas").iterdir() if p.name[:3].isdigit())
+        for fam in ("cconv", "kda")
+    }
+    assert f"scaffolds `ladder/kernels/cconv/ideas/{nxt['cconv']:03d}-my-idea/`" in readme
+    assert f"(the next free number; 001 to {nxt['cconv'] - 1:03d} exist;" in readme
+    assert f"`ladder new kda` gives {nxt['kda']:03d}," in readme
