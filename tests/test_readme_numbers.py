@@ -286,3 +286,26 @@ def test_readme_names_the_next_free_idea_numbers() -> None:
     assert f"scaffolds `ladder/kernels/cconv/ideas/{nxt['cconv']:03d}-my-idea/`" in readme
     assert f"(the next free number; 001 to {nxt['cconv'] - 1:03d} exist;" in readme
     assert f"`ladder new kda` gives {nxt['kda']:03d}," in readme
+
+
+def test_readme_quotes_the_kda_host_times() -> None:
+    """The kda host-time paragraph quotes 022's prod record and 014's neg-eigval record."""
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    ideas = "ladder/kernels/kda/ideas/"
+    prod = _shape(ideas + "022-diag-qg/records/20261205T051110Z-dd4482b7.json", "prod")
+    h = prod["host_us"]
+    assert (
+        f"costs {h['fwd']['candidate']:.0f} us of host time (fla's {h['fwd']['baseline']:.0f} us) and "
+        f"forward+backward through autograd {h['fwdbwd']['candidate']:.0f} us (fla's "
+        f"{h['fwdbwd']['baseline']:.0f} us), where a one-kernel torch op costs {h['torch_op']:.1f} us "
+        f"({h['torch_op_fwdbwd']:.0f} us with autograd)"
+    ) in readme
+    assert (
+        f"At prod the GPU work ({prod['fwdbwd']['candidate_ms']['median']:.0f} ms) hides" in readme
+    )
+    neg = _shape(ideas + "014-intra-reg-cap/records/20261204T194602Z-5d0fda72.json", "neg-eigval")
+    gpu_ms, host_us = neg["fwd"]["candidate_ms"]["median"], neg["host_us"]["fwd"]["candidate"]
+    assert host_us > 1000 * gpu_ms  # the claim: there the host sets the pace
+    assert (
+        f"014's forward took {gpu_ms:.3f} ms on the GPU and {host_us:.0f} us on the host" in readme
+    )
