@@ -18,6 +18,7 @@ __all__ = ["SLUG_RE", "new_family", "new_idea"]
 
 SLUG_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*\Z")  # \Z: no trailing newline
 SLUG_MAX = 64  # folder names stay well inside every file system's limit
+LINE_LENGTH = 100  # pyproject.toml's [tool.ruff] line-length, which `make lint` checks
 
 
 def _kernel_py(family: str, folder: str, entry_points: tuple[str, ...], args: dict) -> str:
@@ -34,10 +35,13 @@ def _kernel_py(family: str, folder: str, entry_points: tuple[str, ...], args: di
     ]
     for ep in entry_points:
         params = ", ".join(args.get(ep, ("*args",)))
+        head = f"def {ep}({params}):"
+        if len(head) > LINE_LENGTH:  # one parameter per line, as `ruff format` leaves it
+            head = "\n".join([f"def {ep}(", *(f"    {p}," for p in args[ep]), "):"])
         lines += [
             "",
             "",
-            f"def {ep}({params}):",
+            head,
             f'    """See family.py for shapes, dtypes and the outputs of {ep}."""',
             f'    raise NotImplementedError("{family}/{folder}: {ep} is not written yet")',
         ]

@@ -367,6 +367,37 @@ def test_new_for_cconv_uses_its_entry_points(tmp_path: Path) -> None:
     assert "def cconv_fwd(x, w):" in text and "def cconv_bwd(x, w, dy):" in text
 
 
+@pytest.mark.parametrize("family", ["cconv", "kda"])
+def test_a_real_familys_scaffold_passes_lint_and_imports(tmp_path: Path, family: str) -> None:
+    """Each family's scaffold as `make lint` checks it (kda's entry points take 14 arguments,
+    past the line length on one line), with the family's parameters in order."""
+    import ast
+    import re
+
+    from ladder import scaffold
+
+    fam = tmp_path / "repo" / "ladder" / "kernels" / family
+    (fam / "ideas").mkdir(parents=True)
+    shutil.copy(REPO / f"ladder/kernels/{family}/family.py", fam / "family.py")
+    assert run("new", family, "first-try", root=tmp_path / "repo").exit_code == 0
+    kernel = fam / "ideas" / "001-first-try" / "kernel.py"
+    for cmd in (["check"], ["format", "--check"]):
+        lint = subprocess.run(
+            [sys.executable, "-m", "ruff", *cmd, "--no-cache", str(kernel)],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+        )
+        assert lint.returncode == 0, lint.stdout + kernel.read_text()
+    spec = paths.load_family(family, tmp_path / "repo")
+    defs = {n.name: [a.arg for a in n.args.args] for n in ast.parse(kernel.read_text()).body
+            if isinstance(n, ast.FunctionDef)}  # fmt: skip
+    want = getattr(spec, "ENTRY_POINT_ARGS", {})
+    assert defs == {ep: list(want.get(ep, ())) for ep in spec.ENTRY_POINTS}
+    width = re.search(r"(?m)^line-length = (\d+)$", (REPO / "pyproject.toml").read_text())
+    assert width and scaffold.LINE_LENGTH == int(width.group(1))
+
+
 # ------------------------------------------------------------------------------------------
 # check (correctness)
 # ------------------------------------------------------------------------------------------
