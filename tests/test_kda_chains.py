@@ -44,6 +44,7 @@ IDEAS = (
     "021",
     "022",
     "023",
+    "024",
 )
 
 SCRIPT = textwrap.dedent(

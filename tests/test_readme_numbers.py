@@ -309,3 +309,26 @@ def test_readme_quotes_the_kda_host_times() -> None:
     assert (
         f"014's forward took {gpu_ms:.3f} ms on the GPU and {host_us:.0f} us on the host" in readme
     )
+
+
+def test_readme_quotes_the_kda_host_cpu_report() -> None:
+    """The CPU host-path numbers README and kda/024's NOTES.md quote are the committed
+    report's (tools/kda_host_cpu.py)."""
+    rep = json.loads((ROOT / "docs" / "results" / "kda-host-cpu-022-024.json").read_text())
+    a, b = rep["ideas"]["022"], rep["ideas"]["024"]
+    assert (a["autotuned"], b["autotuned"], a["launches"], b["launches"]) == (11, 0, 19, 19)
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert (
+        f"falls from {a['fwd_us']:.0f} to {b['fwd_us']:.0f} us per forward and from "
+        f"{a['fwdbwd_us']:.0f} to {b['fwdbwd_us']:.0f} us per forward+backward"
+    ) in readme
+    notes = ROOT / "ladder/kernels/kda/ideas/024-fixed-launch/NOTES.md"
+    notes_text = " ".join(notes.read_text().split())
+    assert (
+        f"{a['fwd_us']:.0f} -> {b['fwd_us']:.0f} us per forward and "
+        f"{a['fwdbwd_us']:.0f} -> {b['fwdbwd_us']:.0f} us per forward+backward"
+    ) in notes_text
+    assert (
+        f"the CPU measure's -{a['fwd_us'] - b['fwd_us']:.0f} and -{a['fwdbwd_us'] - b['fwdbwd_us']:.0f} us"
+        in notes_text
+    )

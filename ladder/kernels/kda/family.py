@@ -159,6 +159,8 @@ VENDOR = {
         "022-diag-qg": {"kernel": "chain22", "intra_fwd": "intrafwd22"},
         # 022 with 017's diagonal kernel (anchored segments) writing qg
         "023-segments-qg": {"kernel": "chain23", "intra_fwd": "intrafwd23"},
+        # 022 with fla's kernels in it launched at fixed configurations (no autotuner)
+        "024-fixed-launch": {"kernel": "chain24", "intra_fwd": "intrafwd24", "launch": "launch24"},
     },
 }
 

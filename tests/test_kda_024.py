@@ -1,0 +1,181 @@
+"""kda/024 (fixed-launch) on Triton's CPU interpreter: its chain launches none of fla's kernels
+through fla's autotuner (kda/022's chain launches seven), and computes what kda/022's does.
+
+The autotuned launches are counted by wrapping every fla autotuner's ``run``; the same count
+on kda/022's chain shows what the wrapping sees. Outputs are compared with kda/022's at fp32
+(the interpreter's bf16 products are wrong, tests/test_kda_wy.py); the GPU bench checks bf16
+against the fp64 oracle. Runs in a subprocess (`tests.interpreted.run_interpreted`).
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from tests.interpreted import run_interpreted
+
+SCRIPT = textwrap.dedent(
+    r"""
+    import collections, importlib, json, sys
+    import torch
+    import ladder  # the idea import finder
+    import fla.ops.kda  # noqa: F401
+    from kernel_fun._testing import autotuners
+    from tests.interpreted import fla_on_the_interpreter, without_cuda_device
+
+    fla_on_the_interpreter()
+    without_cuda_device()
+
+    calls = collections.Counter()
+    mods = [m for k, m in list(sys.modules.items()) if k.startswith("fla.") and m is not None]
+    for name, tuner in autotuners(mods).items():
+        def run(*a, _run=tuner.run, _name=name.rsplit(".", 1)[-1], **kw):
+            calls[_name] += 1
+            return _run(*a, **kw)
+        tuner.run = run
+
+    cases = [
+        # name, B, H, HV, lengths, h0 and final state, lower bound (safe gate)
+        ("dense", 2, 1, 1, [100, 100], False, None),
+        ("gva", 1, 1, 2, [70], False, None),
+        ("varlen-state", 1, 1, 1, [1, 40, 2, 87], True, None),
+        ("lower-bound", 1, 1, 1, [130], True, -5.0),
+    ]
+    K = V = 32
+    out = {}
+    for name, B, H, HV, lens, st, lb in cases:
+        torch.manual_seed(0)
+        packed = B == 1 and len(lens) > 1
+        T = sum(lens) if packed else lens[0]
+        cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist()) if packed else None
+        N = len(lens) if packed else B
+        args = (torch.randn(B, T, H, K), torch.randn(B, T, H, K), torch.randn(B, T, HV, V),
+                torch.randn(B, T, HV, K), torch.randn(B, T, HV), torch.randn(HV) * 0.5,
+                torch.randn(HV * K) * 0.5, K ** -0.5,
+                torch.randn(N, HV, V, K) if st else None, st, cu, lb, lb is not None, False)
+        do = torch.randn(B, T, HV, V)
+        dht = torch.randn(N, HV, V, K) if st else None
+        res, tuned = {}, {}
+        for idea in ("022", "024"):
+            m = importlib.import_module(f"ladder.kernels.kda.ideas.i{idea}.kernel")
+            calls.clear()
+            o, ht, ctx = m.kda_fwd(*args)
+            grads = m.kda_bwd(ctx, do, dht)
+            tuned[idea] = dict(calls)
+            res[idea] = [o, ht, *grads]
+        same = [a is None and b is None or (a is not None and b is not None and bool(torch.equal(a, b)))
+                for a, b in zip(res["022"], res["024"])]
+        err = max(float((a.double() - b.double()).norm() / b.double().norm())
+                  for a, b in zip(res["024"], res["022"]) if b is not None)
+        out[name] = {"tuned": tuned, "equal": all(same), "err": err}
+    print(json.dumps(out))
+    """
+)
+
+# kda/022's chain's autotuned launches per forward+backward at these K, V (and T's NB bucket)
+FLA_AUTOTUNED_IN_022 = {
+    "l2norm_fwd_kernel": 2,
+    "l2norm_bwd_kernel": 2,
+    "kda_gate_chunk_cumsum_vector_kernel": 2,
+    "chunk_kda_fwd_kernel_inter_solve_fused": 1,
+    "recompute_w_u_fwd_kda_kernel": 2,
+    "chunk_kda_bwd_kernel_dAv": 1,
+    "chunk_gated_delta_rule_fwd_kernel_h_blockdim64": 1,
+}
+
+# fla's forward intra-chunk stage for the bounded gate (``safe_gate``): sub-chunk kernel, solve
+# and the forward's w/u, all autotuned, in kda/022's chain and in kda/024's
+SAFE_GATE_INTRA = {
+    "lower-bound": {
+        "chunk_kda_fwd_kernel_intra_sub_chunk": 1,
+        "chunk_kda_fwd_kernel_inter_solve_fused": 1,
+        "recompute_w_u_fwd_kda_kernel": 1,
+    }
+}
+
+
+@pytest.mark.slow
+def test_024_autotunes_nothing_and_computes_022s_chain() -> None:
+    out = run_interpreted(SCRIPT)
+    assert set(out) == {"dense", "gva", "varlen-state", "lower-bound"}
+    for case, r in out.items():
+        # the same kernels on the same operands: bit for bit kda/022's on the interpreter
+        assert r["equal"] and r["err"] == 0.0, (case, r["err"])
+        want_022 = dict(FLA_AUTOTUNED_IN_022)
+        if case in SAFE_GATE_INTRA:  # fla's stage takes the place of the diagonal kernel's
+            want_022["chunk_kda_fwd_kernel_intra_sub_chunk"] = 1
+        assert r["tuned"]["022"] == want_022, (case, r["tuned"]["022"])
+        # the bounded gate's forward intra stage stays fla's (autotuned) in both chains
+        assert r["tuned"]["024"] == SAFE_GATE_INTRA.get(case, {}), (case, r["tuned"]["024"])
+
+
+def test_024s_default_launches_are_flas_prod_picks() -> None:
+    """launch.py's knob defaults are the configurations fla's autotuner picked at prod on the
+    H200 (docs/results/kda-fla-picks-h200-20261205.json), as its docstring's table says."""
+    import json
+    import os
+    from pathlib import Path
+
+    import ladder  # noqa: F401  (the idea import finder)
+
+    assert not [
+        k
+        for k in os.environ
+        if k.startswith(("KDA_L2", "KDA_GCS", "KDA_SOLVE", "KDA_WU", "KDA_DAV", "KDA_FH"))
+    ]
+    from ladder.kernels.kda.ideas.i024 import launch
+
+    root = Path(__file__).resolve().parents[1]
+    picks = json.loads((root / "docs/results/kda-fla-picks-h200-20261205.json").read_text())[
+        "kernels"
+    ]
+
+    def pick(name: str, n_tensor_dtypes: int | None = None) -> dict:
+        (entry,) = [
+            e
+            for e in picks[name]
+            if n_tensor_dtypes is None
+            or sum(str(x).startswith("torch.") for x in e["key"]) == n_tensor_dtypes
+        ]
+        return entry["pick"]
+
+    assert pick("l2norm_fwd_kernel") == {
+        "BT": launch.L2F_BT,
+        "num_warps": launch.L2F_WARPS,
+        "num_stages": launch.L2F_STAGES,
+    }
+    assert pick("l2norm_bwd_kernel") == {
+        "BT": launch.L2B_BT,
+        "num_warps": launch.L2B_WARPS,
+        "num_stages": launch.L2B_STAGES,
+    }
+    assert pick("kda_gate_chunk_cumsum_vector_kernel") == {
+        "BS": launch.GCS_BS,
+        "num_warps": launch.GCS_WARPS,
+        "num_stages": launch.GCS_STAGES,
+    }
+    assert pick("chunk_kda_fwd_kernel_inter_solve_fused") == {
+        "BK": launch.SOLVE_BK,
+        "num_warps": launch.SOLVE_WARPS,
+        "num_stages": launch.SOLVE_STAGES,
+    }
+    # the w/u kernel's key carries each tensor argument's dtype: 8 without q (the forward),
+    # 10 with q and qg (the backward's recompute)
+    assert pick("recompute_w_u_fwd_kda_kernel", 8) == {
+        "num_warps": launch.WUF_WARPS,
+        "num_stages": launch.WUF_STAGES,
+    }
+    assert pick("recompute_w_u_fwd_kda_kernel", 10) == {
+        "num_warps": launch.WUB_WARPS,
+        "num_stages": launch.WUB_STAGES,
+    }
+    assert pick("chunk_kda_bwd_kernel_dAv") == {
+        "num_warps": launch.DAV_WARPS,
+        "num_stages": launch.DAV_STAGES,
+    }
+    assert pick("chunk_gated_delta_rule_fwd_kernel_h_blockdim64") == {
+        "BV": launch.FH_BV,
+        "num_warps": launch.FH_WARPS,
+        "num_stages": launch.FH_STAGES,
+    }
