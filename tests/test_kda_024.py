@@ -179,3 +179,22 @@ def test_024s_default_launches_are_flas_prod_picks() -> None:
         "num_warps": launch.FH_WARPS,
         "num_stages": launch.FH_STAGES,
     }
+
+
+def test_flas_l2norm_kernels_never_read_nb() -> None:
+    """launch.py passes NB = 1 whatever T is: safe only while fla's kernels take NB for their
+    autotune key alone, their bodies never reading it."""
+    import ast
+    import textwrap
+
+    from fla.modules.norm.l2norm import l2norm_bwd_kernel, l2norm_fwd_kernel
+    from ladder.kernels.kda.ideas.i024 import launch
+
+    import ladder  # noqa: F401
+
+    assert launch.NB == 1
+    for kernel in (l2norm_fwd_kernel, l2norm_bwd_kernel):
+        fn = ast.parse(textwrap.dedent(launch.jit(kernel).src)).body[0]
+        assert "NB" in [a.arg for a in fn.args.args]
+        read = {n.id for stmt in fn.body for n in ast.walk(stmt) if isinstance(n, ast.Name)}
+        assert "NB" not in read, kernel

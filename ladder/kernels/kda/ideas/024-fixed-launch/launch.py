@@ -74,6 +74,10 @@ FH_WARPS = int(os.environ.get("KDA_FH_WARPS", "4"))
 FH_STAGES = int(os.environ.get("KDA_FH_STAGES", "2"))
 
 MAX_D = 512  # fla's L2 norm takes its blocked kernel up to D 512, its row kernel above
+# fla's L2 norm kernels take NB = cdiv(rows, 65536) as a constexpr only for their autotune
+# key; their bodies never read it. A fixed value keeps one compiled kernel for every T (fla's
+# value would compile a new one at each new bucket of token counts).
+NB = 1
 
 
 def jit(kernel):
@@ -103,7 +107,7 @@ def l2norm_fwd(x: torch.Tensor, eps: float = 1e-6) -> tuple[torch.Tensor, torch.
     y = torch.empty_like(x2)
     rstd = torch.empty(T, dtype=torch.float32, device=x.device)
     jit(l2norm_fwd_kernel)[(triton.cdiv(T, L2F_BT),)](
-        x2, y, rstd, eps, T, D=D, BD=triton.next_power_of_2(D), NB=triton.cdiv(T, 2048 * 32),
+        x2, y, rstd, eps, T, D=D, BD=triton.next_power_of_2(D), NB=NB,
         BT=L2F_BT, num_warps=L2F_WARPS, num_stages=L2F_STAGES,
     )  # fmt: skip
     return y.view(x.shape), rstd.view(x.shape[:-1])
@@ -130,7 +134,7 @@ def l2norm_bwd(
     T = y2.shape[0]
     dx = torch.empty_like(y2)
     jit(l2norm_bwd_kernel)[(triton.cdiv(T, L2B_BT),)](
-        y2, rstd, dy2, dx, eps, T, D=D, BD=triton.next_power_of_2(D), NB=triton.cdiv(T, 2048 * 32),
+        y2, rstd, dy2, dx, eps, T, D=D, BD=triton.next_power_of_2(D), NB=NB,
         BT=L2B_BT, num_warps=L2B_WARPS, num_stages=L2B_STAGES,
     )  # fmt: skip
     return dx.view(y.shape)
