@@ -93,11 +93,16 @@ def select_shapes(family: ModuleType, which: str, allowed: tuple[str, ...]) -> l
     by_name = {s.name: s for group in family.SHAPES.values() for s in group}
     names = [n.strip() for n in which.split(",") if n.strip()]
     unknown = [n for n in names if n not in by_name]
-    if not names or unknown:
+    if not names:
         raise LadderError(
-            f"--shapes {which!r}: {', '.join(unknown) or 'no name'} is neither a shape set "
-            f"({', '.join(allowed)}) nor a shape of family {family.FAMILY} "
-            f"({', '.join(sorted(by_name))})"
+            f"--shapes {which!r} names no shape: give a shape set ({', '.join(allowed)}) or "
+            f"shape names of family {family.FAMILY} ({', '.join(sorted(by_name))})"
+        )
+    if unknown:
+        raise LadderError(
+            f"--shapes {which!r}: {', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} "
+            f"neither a shape set ({', '.join(allowed)}) nor a shape of family "
+            f"{family.FAMILY} ({', '.join(sorted(by_name))})"
         )
     return [by_name[n] for n in names]
 

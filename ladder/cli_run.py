@@ -111,11 +111,19 @@ def check(
                 f"no CUDA GPU and family {family} has no 'small' shapes for Triton's CPU "
                 f"interpreter; run `python -m ladder check {family} {folder}` on the GPU machine"
             )
+        small = {s.name: s for s in fam.SHAPES["small"]}
+        picked = None  # None: every small shape
         if shapes not in (None, "small"):
-            raise LadderError(
-                f"the CPU interpreter runs the small shapes only; drop --shapes {shapes}, or run "
-                f"`python -m ladder check {family} {folder} --shapes {shapes}` on the GPU machine"
-            )
+            names = [n.strip() for n in shapes.split(",") if n.strip()]
+            big = [n for n in names if n not in small]
+            if big:
+                raise LadderError(
+                    f"the CPU interpreter runs the family's small shapes only ({', '.join(small)}); "
+                    f"{', '.join(big)} {'is' if len(big) == 1 else 'are'} not one of them: drop "
+                    f"them from --shapes, or run `python -m ladder check {family} {folder} "
+                    f"--shapes {shapes}` on the GPU machine"
+                )
+            picked = [small[n] for n in names]
         if paths.idea_number(folder) == 0 and not getattr(fam, "BASELINE_ON_INTERPRETER", False):
             raise NoGpu(
                 f"{folder} is {family}'s baseline benched as an idea, and the baseline cannot "
@@ -129,12 +137,14 @@ def check(
             if not interpret:
                 out.print("no CUDA GPU: checking the small shapes on Triton's CPU interpreter")
             argv = ["check", family, folder, "--interpret", "--seed", str(seed)]
+            argv += [] if picked is None else ["--shapes", ",".join(s.name for s in picked)]
             argv += [] if strided else ["--no-strided"]
             argv += [] if pool_seeds is None else ["--pool-seeds", str(pool_seeds)]
             for item in knobs:
                 argv += ["--knob", item]
             raise typer.Exit(_respawn_interpreted(root, argv))
-        device, shape_list, baseline = "cpu", list(fam.SHAPES["small"]), False
+        device, baseline = "cpu", False
+        shape_list = list(fam.SHAPES["small"]) if picked is None else picked
         defaults = dict(getattr(fam, "INTERPRET_KNOBS", {}))
     else:
         from ladder.bench import select_shapes

@@ -77,6 +77,12 @@ def new_idea(family: str, slug: str, root: Path | None = None) -> Path:
             f"slug {slug!r} is not kebab-case (lower-case letters and digits joined by '-'); "
             f"e.g. `python -m ladder new {family} strip-two-pass`"
         )
+    if re.match(r"^\d+(?:-|\Z)", slug):
+        raise LadderError(
+            f"slug {slug!r} reads as an idea number or a numbered folder name, so the idea could "
+            f"not be named by its slug; start it with a letter, e.g. `python -m ladder new "
+            f"{family} v{slug}`"
+        )
     existing = paths.list_ideas(family, root)
     for folder in existing:
         if folder[4:] == slug:

@@ -271,22 +271,37 @@ def test_bad_shape_sets(no_gpu) -> None:
     assert_usage_error(run("check", "toy", "0", "--shapes", "tiny"), "--shapes 'tiny'")
     assert_usage_error(
         run("check", "toy", "0", "--interpret", "--shapes", "prod"),
-        "runs the small shapes only",
+        "runs the family's small shapes only (s-b2-t9-d8-w4, s-b1-t5-d4-w3); prod is not one",
         "--shapes prod",
     )
-    # shape names, as bench takes them: each must be the family's; on the GPU only
+    # shape names, as bench takes them: each must be the family's; off the small set, on the
+    # GPU only
     assert_usage_error(run("check", "toy", "1", "--shapes", "prod,tiny"), "tiny is neither")
+    assert_usage_error(run("check", "toy", "1", "--shapes", "x,y"), "x, y are neither")
+    assert_usage_error(run("check", "toy", "1", "--shapes", ","), "names no shape")
     assert_usage_error(
         run("check", "toy", "1", "--shapes", "prod,d16-w2"),
-        "runs the small shapes only",
+        "prod, d16-w2 are not one of them",
         "--shapes prod,d16-w2",
     )
+
+
+def test_check_runs_chosen_small_shapes_on_the_interpreter(interpret_env) -> None:
+    result = run("check", "toy", "1", "--interpret", "--shapes", "s-b1-t5-d4-w3", "--no-strided")
+    assert result.exit_code == 0, result.output
+    assert "s-b1-t5-d4-w3: ok" in result.stdout
+    assert "s-b2-t9-d8-w4" not in result.stdout
+    assert "passed: 1 check" in result.stdout
 
 
 def test_new_refuses_bad_and_taken_slugs(tmp_path: Path) -> None:
     root = copy_toy(tmp_path)
     assert_usage_error(run("new", "toy", "Fast_Path", root=root), "not kebab-case")
     assert_usage_error(run("new", "toy", "fast", root=root), "taken by 001-fast")
+    # a slug that reads as an idea number or a numbered folder name would never be reached by
+    # its slug: `ladder check toy 001-fast` means idea 001
+    assert_usage_error(run("new", "toy", "13", root=root), "reads as an idea number")
+    assert_usage_error(run("new", "toy", "001-fast", root=root), "reads as an idea number")
     assert sorted(p.name for p in (root / "kernels/toy/ideas").iterdir())[-1] == "003-wrong-taps"
 
 

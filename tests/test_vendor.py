@@ -1187,6 +1187,23 @@ REFUSALS = {
         "idea 002-second is not in the VENDOR['modules'] map of ladder/kernels/toy/family.py",
     ),
     "no such idea": (lambda lad: None, ["--idea", "9"], "no single idea '9'"),
+    "the baseline": (
+        lambda lad: (lad.add_idea("000-fla", {"kernel.py": PLAIN}), lad.commit()),
+        ["--idea", "000"],
+        "000-fla is family toy's baseline (fla's own op, benched only to compare against): it "
+        "is never vendored",
+    ),
+    "a record of another idea": (
+        lambda lad: (
+            lad.add_idea("002-second", {"kernel.py": PLAIN}),
+            lad.set_family({"001-first": {"kernel": "first"}, "002-second": {"kernel": "second"}}),
+            lad.add_record("001-first", {}),  # the fixture's first record id, below
+            lad.commit(),
+        ),
+        ["--idea", "002", "--record", "20260101T000001Z-000001"],
+        "record 20260101T000001Z-000001 belongs to idea 001-first, not 002-second; drop --idea, "
+        "or pass a record of 002-second",
+    ),
     "no winner": (lambda lad: None, [], "no winner for toy"),
     "code_sha mismatch": (
         lambda lad: (lad.add_record("001-first", {}), lad.commit(), _code_changed(lad)),

@@ -50,3 +50,24 @@ def test_the_vendor_refuses_an_idea_without_the_cases_the_family_promotes():
     with pytest.raises(vl.VendorError, match=r"001-strip-onepass lacks case\(s\) bias-residual"):
         tool._check_promoted_cases(repo, spec, "HEAD", "001-strip-onepass")
     tool._check_promoted_cases(repo, spec, "HEAD", "003-strip-merge")  # every case: accepted
+
+
+def test_vendor_idea_refusals_on_the_real_repository_say_why():
+    """`--idea` of an idea the winner rule turns down quotes the rule's reason: 001 lacks cases
+    (checked before anything else), 004's records time too few of the rank shapes, and
+    000-fla is the baseline."""
+    import importlib.util
+
+    repo = vl.TOOL_ROOT
+    path = repo / "tools" / "vendor.py"
+    mod_spec = importlib.util.spec_from_file_location("kf_vendor_tool2", path)
+    tool = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(tool)
+    spec = vl.load_family_spec(repo, "HEAD", "cconv")
+    sha = vl.resolve_commit(repo, "HEAD")
+    with pytest.raises(vl.VendorError, match=r"001-strip-onepass lacks case\(s\)"):
+        tool.select_record(repo, spec, sha, "001-strip-onepass", None)
+    with pytest.raises(vl.VendorError, match="one record must time every rank shape"):
+        tool.select_record(repo, spec, sha, "004-exact-sigmoid", None)
+    with pytest.raises(vl.VendorError, match="baseline .* it is never vendored"):
+        tool.select_record(repo, spec, sha, "000-fla", None)

@@ -50,6 +50,11 @@ def select_record(
             for folder in vl.idea_folders(repo, commit, spec)
             if vl.read_blob(repo, commit, vl.record_relpath(spec, folder, record_id)) is not None
         ]
+        if idea is not None and len(matches) == 1 and matches[0] != idea:
+            raise vl.VendorError(
+                f"record {record_id} belongs to idea {matches[0]}, not {idea}; drop --idea, "
+                f"or pass a record of {idea}"
+            )
         if idea is not None:
             matches = [m for m in matches if m == idea]
         if len(matches) != 1:
@@ -58,8 +63,13 @@ def select_record(
                 f"record {record_id}{where} is not committed at {commit[:12]} "
                 f"({len(matches)} matches); commit it, or pass --commit"
             )
+        _refuse_baseline(spec, matches[0])
         _check_promoted_cases(repo, spec, commit, matches[0])
         return matches[0], record_id
+
+    if idea is not None:
+        _refuse_baseline(spec, idea)
+        _check_promoted_cases(repo, spec, commit, idea)  # raises, saying which cases it lacks
 
     code_sha_of, cases_of = vl.idea_lookups(repo, commit, spec, only=idea)  # only `idea` competes
 
@@ -72,7 +82,7 @@ def select_record(
         if idea is not None and (idea in exc.lacking or idea in exc.unreadable):
             _check_promoted_cases(repo, spec, commit, idea)  # raises, saying which cases
         if idea is not None:
-            _explain_no_record(repo, spec, commit, idea, code_sha_of(idea), load_records)
+            _explain_no_record(repo, spec, commit, idea, code_sha_of(idea), load_records, exc)
         raise vl.VendorError(f"no winner for {spec.family} at {commit[:12]}: {exc}") from None
     except LadderError as exc:
         raise vl.VendorError(str(exc)) from None
@@ -106,10 +116,26 @@ def _check_promoted_cases(repo: Path, spec: vl.FamilySpec, commit: str, idea: st
         )
 
 
+def _refuse_baseline(spec: vl.FamilySpec, idea: str) -> None:
+    """Refuse the family's baseline idea (000-*: fla's own op, benched for comparison)."""
+    if idea[:3] == "000":
+        raise vl.VendorError(
+            f"{idea} is family {spec.family}'s baseline (fla's own op, benched only to compare "
+            "against): it is never vendored; name another idea, or none for the winner"
+        )
+
+
 def _explain_no_record(
-    repo: Path, spec: vl.FamilySpec, commit: str, idea: str, current: str, load_records: Any
+    repo: Path,
+    spec: vl.FamilySpec,
+    commit: str,
+    idea: str,
+    current: str,
+    load_records: Any,
+    why: Exception | None = None,
 ) -> None:
-    """Raise the most useful refusal for an idea without a promotable record."""
+    """Raise the most useful refusal for an idea without a promotable record (``why``: the
+    ladder's own reason, quoted when the idea's records are current)."""
     recs = [r for r in load_records(spec.family, repo) if r["idea"] == idea]
     good = [r for r in recs if r["status"] == "passed" and not r["dirty"]]
     stale = [r for r in good if r["code_sha"] != current]
@@ -120,6 +146,8 @@ def _explain_no_record(
             f"but the idea's code at {commit[:12]} is {current[:12]}; re-bench it: "
             f"{vl.rebench_hint(spec, idea)}"
         )
+    if good and why is not None:
+        raise vl.VendorError(f"idea {idea} has no promotable record: {why}")
     raise vl.VendorError(
         f"idea {idea} has no promotable record ({len(recs)} records, {len(good)} passed on a "
         f"clean tree, device {spec.target_device!r} needed); bench it: "
@@ -343,6 +371,8 @@ def main(
             )
         spec = load_spec(repo, sha, commit, family)
         folder = resolve_idea(repo, sha, commit, spec, idea) if idea is not None else None
+        if folder is not None:
+            _refuse_baseline(spec, folder)
         if folder is not None and folder not in spec.modules:
             raise vl.unmapped_idea(spec, folder)
         chosen, record_id = select_record(repo, spec, sha, folder, record)

@@ -51,6 +51,7 @@ __all__ = [
     "RATIO_MIN_ELEMENTS",
     "RATIO_POOL_SEEDS",
     "FAMILY",
+    "KNOB_RULES",
     "SHAPES",
     "TARGET_DEVICE",
     "TOLERANCES",
@@ -117,6 +118,51 @@ NO_INTERPRETER = (
     "wrongly; tests/test_kda_chains.py checks the ideas' chains in fp32 there"
 )
 RATIO_POOL_SEEDS = 4
+
+
+def _pow2(lo: int, hi: int):
+    return lambda v: lo <= v <= hi and v & (v - 1) == 0
+
+
+# What a launch knob may be, by its kind (the name's suffix), checked on every `--knob` and
+# environment value before anything runs, so a bad one is refused on the CPU instead of
+# failing a GPU call: warps a power of two from 1 to 16; pipeline stages 1 to 6; the block
+# sizes of tensor-core tiles (BK, BV, BS) powers of two from 16 to 256, the exact loop's
+# EXACT_BK and the L2 norm's row block BT from 1 to 256; a register cap 0 (none) or 24 to 255.
+_KNOB_KINDS = {
+    "_WARPS": ("a power of two from 1 to 16", _pow2(1, 16)),
+    "_STAGES": ("1 to 6", lambda v: 1 <= v <= 6),
+    "_EXACT_BK": ("a power of two from 1 to 256", _pow2(1, 256)),
+    "_BT": ("a power of two from 1 to 256", _pow2(1, 256)),
+    "_BK": ("a power of two from 16 to 256", _pow2(16, 256)),
+    "_BV": ("a power of two from 16 to 256", _pow2(16, 256)),
+    "_BS": ("a power of two from 16 to 256", _pow2(16, 256)),
+    "_MAXNREG": ("0 (no cap) or 24 to 255", lambda v: v == 0 or 24 <= v <= 255),
+    "_PROGRAMS": ("a positive integer", lambda v: v > 0),
+}
+_LAUNCH_KNOBS = (
+    "KDA_DAV_STAGES", "KDA_DAV_WARPS", "KDA_DHU_BV", "KDA_DHU_STAGES", "KDA_DHU_WARPS",
+    "KDA_FH_BV", "KDA_FH_STAGES", "KDA_FH_WARPS", "KDA_FWDDIAG15_BK", "KDA_FWDDIAG15_EXACT_BK",
+    "KDA_FWDDIAG15_STAGES", "KDA_FWDDIAG15_WARPS", "KDA_FWDDIAG16_BK", "KDA_FWDDIAG16_EXACT_BK",
+    "KDA_FWDDIAG16_EXACT_WARPS", "KDA_FWDDIAG16_STAGES", "KDA_FWDDIAG16_WARPS",
+    "KDA_FWDDIAG17_BK", "KDA_FWDDIAG17_STAGES", "KDA_FWDDIAG17_WARPS", "KDA_FWDDIAG_BK",
+    "KDA_FWDDIAG_STAGES", "KDA_FWDDIAG_WARPS", "KDA_FWDH20_BV", "KDA_FWDH20_STAGES",
+    "KDA_FWDH20_WARPS", "KDA_FWDHO19_BV", "KDA_FWDHO19_STAGES", "KDA_FWDHO19_WARPS",
+    "KDA_FWDHO_BV", "KDA_FWDHO_STAGES", "KDA_FWDHO_WARPS", "KDA_FWDINTRA_BK",
+    "KDA_FWDINTRA_SOLVE_WARPS", "KDA_FWDINTRA_WARPS", "KDA_GATE_TAIL_BK", "KDA_GATE_TAIL_WARPS",
+    "KDA_GCS_BS", "KDA_GCS_STAGES", "KDA_GCS_WARPS", "KDA_INTRA13_BK", "KDA_INTRA13_STAGES",
+    "KDA_INTRA13_WARPS", "KDA_INTRA14_BK", "KDA_INTRA14_MAXNREG", "KDA_INTRA14_STAGES",
+    "KDA_INTRA14_WARPS", "KDA_INTRA18_BK", "KDA_INTRA18_DEEP_PROGRAMS", "KDA_INTRA18_DEEP_WARPS",
+    "KDA_INTRA18_MAXNREG", "KDA_INTRA18_STAGES", "KDA_INTRA18_WARPS", "KDA_INTRA_BK",
+    "KDA_INTRA_STAGES", "KDA_INTRA_WARPS", "KDA_L2B_BT", "KDA_L2B_STAGES", "KDA_L2B_WARPS",
+    "KDA_L2F_BT", "KDA_L2F_STAGES", "KDA_L2F_WARPS", "KDA_SOLVE_BK", "KDA_SOLVE_STAGES",
+    "KDA_SOLVE_WARPS", "KDA_WUB_STAGES", "KDA_WUB_WARPS", "KDA_WUF_STAGES", "KDA_WUF_WARPS",
+    "KDA_WY_BK", "KDA_WY_BV", "KDA_WY_MAXNREG", "KDA_WY_STAGES", "KDA_WY_WARPS",
+)  # fmt: skip
+KNOB_RULES = {
+    name: next(rule for suffix, rule in _KNOB_KINDS.items() if name.endswith(suffix))
+    for name in _LAUNCH_KNOBS
+}
 
 # The promoted chain is ``kernel_fun.kda._kernels.chain`` (kda_fwd, kda_bwd), what
 # kernel_fun.kda's dispatch imports.
