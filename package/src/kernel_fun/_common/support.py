@@ -265,7 +265,8 @@ def check_positive_ints(**sizes: object) -> None:
 
 def check_dtypes(**dtypes: object) -> None:
     """Raise TypeError naming the first of ``dtypes`` (name -> value) that is not a
-    torch.dtype."""
+    torch.dtype, and ValueError for one that is not a floating dtype (every tensor a warmup
+    makes is a float tensor)."""
     import torch
 
     for name, value in dtypes.items():
@@ -273,6 +274,31 @@ def check_dtypes(**dtypes: object) -> None:
             raise TypeError(
                 f"warmup: {name} must be a torch.dtype such as torch.bfloat16, got {value!r}"
             )
+        if not value.is_floating_point:
+            raise ValueError(
+                f"warmup: {name} must be a floating dtype such as torch.bfloat16, got {value}"
+            )
+
+
+def check_device(device: object) -> object:
+    """``device`` as a torch.device (None stays None: the current CUDA device), or ValueError
+    saying what a device is; the same on every machine, before anything looks for a GPU."""
+    import torch
+
+    if device is None or isinstance(device, torch.device):
+        return device
+    if isinstance(device, bool) or not isinstance(device, (str, int)):
+        raise ValueError(
+            f"warmup: device must be a torch.device, a str such as 'cuda:1' or a CUDA index, "
+            f"got {device!r}"
+        )
+    try:
+        return torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+    except (RuntimeError, ValueError) as exc:
+        raise ValueError(
+            f"warmup: device {device!r} is not a device ({exc}); give e.g. 'cuda', 'cuda:1', 1 "
+            "or a torch.device"
+        ) from None
 
 
 def allow_any_arch() -> bool:

@@ -706,15 +706,17 @@ def warmup(
     power of four) up to B * T_max * D with both an even and a ragged last time segment, so
     later calls at any T <= T_max, at this D, W and these dtypes, compile and autotune
     nothing. Returns the number of warm-up calls made (0 when our kernels are not used here,
-    e.g. on a CPU-only machine). Raises ValueError for a D, W, B or T_max that is not a
-    positive int and TypeError for a dtype that is not a torch.dtype, on any machine.
+    e.g. on a CPU-only machine, or a W or dtype outside the supported box). Raises, on any
+    machine, ValueError for a D, W, B or T_max that is not a positive int, a dtype that is
+    not a floating dtype or a device that does not parse, and TypeError for a dtype that is
+    not a torch.dtype.
     """
     support.check_positive_ints(D=D, W=W, B=B, T_max=T_max)
     support.check_dtypes(dtype=dtype, weight_dtype=weight_dtype)
+    device = support.check_device(device)
     if not compat.check_fla(FAMILY) or not torch.cuda.is_available():
         return 0
     dev = torch.device("cuda", torch.cuda.current_device()) if device is None else device
-    dev = torch.device(dev) if not isinstance(dev, torch.device) else dev
     if dev.type != "cuda":
         return 0
     w = torch.randn(D, W, device=dev, dtype=torch.float32).to(weight_dtype)

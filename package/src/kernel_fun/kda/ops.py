@@ -600,8 +600,9 @@ def warmup(
     machine or outside the supported box). Raises ValueError, on any machine, for an H, HV, K,
     V, B or T_max that is not a positive int, an HV that is not a multiple of H (fla's GVA
     rule) or an empty B, flags that are not bools, or a lower_bound that does not fit
-    safe_gate (in [-5, 0) with safe_gate=True, None without), and TypeError for a dtype that
-    is not a torch.dtype. Settings outside the box (e.g. K > 256, fp32) return 0 and log why
+    safe_gate (in [-5, 0) with safe_gate=True, None without), a dtype that is not a floating
+    dtype or a device that does not parse, and TypeError for a dtype that is not a
+    torch.dtype. Settings outside the box (e.g. K > 256, fp32) return 0 and log why
     once, at WARNING.
     """
     HV = H if HV is None else HV
@@ -609,7 +610,10 @@ def warmup(
     if not batches:
         raise ValueError("warmup: B is an empty tuple; give the batch size(s) calls will use")
     support.check_positive_ints(H=H, HV=HV, K=K, V=V, T_max=T_max)
-    support.check_positive_ints(**{f"B[{i}]": b for i, b in enumerate(batches)})
+    if isinstance(B, (tuple, list)):
+        support.check_positive_ints(**{f"B[{i}]": b for i, b in enumerate(batches)})
+    else:
+        support.check_positive_ints(B=B)
     if HV % H:
         raise ValueError(f"warmup: HV={HV} is not a multiple of H={H}; fla's GVA needs HV % H == 0")
     support.check_dtypes(dtype=dtype)
@@ -617,10 +621,10 @@ def warmup(
         varlen=varlen, safe_gate=safe_gate, allow_neg_eigval=allow_neg_eigval, state=state,
         backward=backward, lower_bound=lower_bound,
     )  # fmt: skip
+    device = support.check_device(device)
     if not compat.check_fla(FAMILY) or not torch.cuda.is_available():
         return 0
     dev = torch.device("cuda", torch.cuda.current_device()) if device is None else device
-    dev = torch.device(dev) if not isinstance(dev, torch.device) else dev
     if dev.type != "cuda":
         return 0
     # packed batches in both offset dtypes: fla's layer builds int32 cu_seqlens from an
