@@ -61,5 +61,5 @@ OUTPUT_FILES = {
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "edc2dab32ad896a804f2877b0c48828b937a52d9af7fa9670f491f6cccce5d5f",
+    "tool_sha256": "d13998658a57cf53772d8c42e047706ea56612c851a518480fede2f22b66588e",
 }
