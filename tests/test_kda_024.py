@@ -198,3 +198,53 @@ def test_flas_l2norm_kernels_never_read_nb() -> None:
         assert "NB" in [a.arg for a in fn.args.args]
         read = {n.id for stmt in fn.body for n in ast.walk(stmt) if isinstance(n, ast.Name)}
         assert "NB" not in read, kernel
+
+
+def _bad_calls():
+    import torch
+
+    r = torch.randn
+    B, T, H, HV, K, V, BT = 1, 64, 2, 4, 32, 32, 64
+    k, v = r(B, T, H, K), r(B, T, HV, V)
+    beta, A, gk = r(B, T, HV), r(B, T, HV, BT), r(B, T, HV, K)
+    cu = torch.tensor([0, 32, 64])
+    return [
+        ("w_u", (k, v, r(B, T, 5), A, gk), {}, "beta must be [1, 64, 4], got [1, 64, 5]"),
+        ("w_u", (k, v, r(B, T, HV, 1), A, gk), {}, "beta must be [1, 64, 4], got [1, 64, 4, 1]"),
+        ("w_u", (k[0], v, beta, A, gk), {}, "k must be 4-D, got [64, 2, 32]"),
+        ("w_u", (k, v[..., 0], beta, A, gk), {}, "v must be 4-D"),
+        ("w_u", (k, v, beta, r(B, T, HV, 48), gk), {}, "a power of two >= 16, got 48"),
+        ("w_u", (r(B, T, 3, K), v, beta, A, gk), {}, "HV 4 must be a multiple of the heads H 3"),
+        ("w_u", (k.transpose(1, 2).contiguous().transpose(1, 2), v, beta, A, gk), {}, "k must be contiguous"),
+        ("w_u", (r(2, T, H, K), r(2, T, HV, V), r(2, T, HV), r(2, T, HV, BT), r(2, T, HV, K)),
+         {"cu_seqlens": cu}, "a packed batch (cu_seqlens given) has B == 1"),
+        ("dav", (k, k, v, v, r(B, T, HV, 32), 0.1), {}, "A must be [1, 64, 4, 64], got [1, 64, 4, 32]"),
+        ("dav", (k, k, v, v, r(B, T, 5, BT), 0.1), {}, "A must be [1, 64, 4, 64], got [1, 64, 5, 64]"),
+        ("dav", (k, k, v, v, A, 0.1), {"chunk_size": 32}, "A must be [1, 64, 4, 32]"),
+        ("dav", (k, k, v, v, A, 0.1), {"chunk_size": 0}, "chunk_size must be a power of two >= 16, got 0"),
+        ("dav", (k, k, v, v, A, 0.1), {}, None),  # valid: past the checks, to Triton
+        ("dav", (k, k, v, v.transpose(2, 3).contiguous().transpose(2, 3), A, 0.1), {},
+         "do must be contiguous"),
+        ("l2norm_fwd", (torch.tensor(1.0),), {}, "x must be [..., D] with D >= 1, got []"),
+        ("l2norm_fwd", (r(4, 0),), {}, "x must be [..., D] with D >= 1, got [4, 0]"),
+        ("l2norm_bwd", (r(4, 8), r(4).bfloat16(), r(4, 8)), {}, "rstd must be fp32"),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", range(17))
+def test_024s_launches_refuse_bad_shapes_before_launching(case: int) -> None:
+    """Each of launch.py's checks raises its ValueError on the CPU, before Triton is reached
+    (a call that passed them would stop at Triton's "0 active drivers" here)."""
+    from ladder.kernels.kda.ideas.i024 import launch
+
+    import ladder  # noqa: F401
+
+    name, args, kwargs, needle = _bad_calls()[case]
+    if needle is None:  # a contiguous view of the same shape passes the checks: Triton's turn
+        with pytest.raises(Exception) as info:
+            getattr(launch, name)(*args, **kwargs)
+        assert not isinstance(info.value, ValueError) or "must" not in str(info.value), info.value
+        return
+    with pytest.raises(ValueError) as info:
+        getattr(launch, name)(*args, **kwargs)
+    assert needle in str(info.value), info.value

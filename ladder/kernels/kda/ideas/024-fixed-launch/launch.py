@@ -90,6 +90,28 @@ def jit(kernel):
     return kernel
 
 
+def _check_batch(shapes: dict, contiguous: dict, H: int, HV: int, cu_seqlens) -> None:
+    """ValueError, before any launch, naming the first tensor of ``shapes`` ({name: (tensor,
+    expected shape)}) of another rank or shape, the first of ``contiguous`` that is not
+    contiguous, an HV that is not a multiple of H, or a packed batch with B != 1 (fla's
+    kernels read past a tensor of another shape without an error)."""
+    for name, (t, want) in shapes.items():
+        if t.dim() != len(want) or tuple(t.shape) != tuple(want):
+            raise ValueError(f"{name} must be {list(want)}, got {list(t.shape)}")
+    for name, t in contiguous.items():
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous (the chain makes its tensors so)")
+    if H < 1 or HV % H:
+        raise ValueError(f"the value heads HV {HV} must be a multiple of the heads H {H}")
+    if cu_seqlens is not None and next(iter(shapes.values()))[0].shape[0] != 1:
+        raise ValueError("a packed batch (cu_seqlens given) has B == 1")
+
+
+def _dims(name: str, t: torch.Tensor, n: int) -> None:
+    if t.dim() != n:
+        raise ValueError(f"{name} must be {n}-D, got {list(t.shape)}")
+
+
 def l2norm_fwd(x: torch.Tensor, eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
     """(y, rstd) as fla 0.6.0's ``l2norm_fwd(x, eps)``: y = x / sqrt(sum(x^2) + eps) over the
     last dimension, in x's dtype and shape; rstd fp32, x's shape without its last dimension.
@@ -97,6 +119,8 @@ def l2norm_fwd(x: torch.Tensor, eps: float = 1e-6) -> tuple[torch.Tensor, torch.
     the box never reaches) or a non-contiguous x."""
     from fla.modules.norm.l2norm import l2norm_fwd_kernel
 
+    if x.dim() < 1 or x.shape[-1] < 1:
+        raise ValueError(f"x must be [..., D] with D >= 1, got {list(x.shape)}")
     D = x.shape[-1]
     if D > MAX_D:
         raise ValueError(f"D {D} > {MAX_D}: the fixed launch covers fla's blocked L2 norm only")
@@ -121,9 +145,13 @@ def l2norm_bwd(
     Raises ValueError for D > 512, mismatched shapes or a non-contiguous input."""
     from fla.modules.norm.l2norm import l2norm_bwd_kernel
 
+    if y.dim() < 1 or y.shape[-1] < 1:
+        raise ValueError(f"y must be [..., D] with D >= 1, got {list(y.shape)}")
     D = y.shape[-1]
     if D > MAX_D:
         raise ValueError(f"D {D} > {MAX_D}: the fixed launch covers fla's blocked L2 norm only")
+    if rstd.dtype != torch.float32:
+        raise ValueError(f"rstd must be fp32 (l2norm_fwd's), got {rstd.dtype}")
     if dy.shape != y.shape or rstd.shape != y.shape[:-1]:
         raise ValueError(
             f"dy {tuple(dy.shape)} and rstd {tuple(rstd.shape)} must match y {tuple(y.shape)}"
@@ -188,21 +216,28 @@ def w_u(k, v, beta, A, gk, q=None, cu_seqlens=None, chunk_indices=None):
     """(w, u, qg, kg) as fla 0.6.0's ``recompute_w_u_fwd(k, v, beta, A, gk, q, cu_seqlens,
     chunk_indices)``: w, kg (and qg when q is given, else None) [B, T, HV, K] in k's dtype,
     u like v. k (and q): [B, T, H, K]; v: [B, T, HV, V]; beta: [B, T, HV]; A: [B, T, HV, BT];
-    gk: [B, T, HV, K] fp32; all contiguous. Launched at the forward's pick without q and the
-    backward's with it. Raises ValueError for mismatched shapes."""
+    gk: [B, T, HV, K] fp32; all contiguous; HV a multiple of H; a packed batch (cu_seqlens)
+    has B == 1. Launched at the forward's pick without q and the backward's with it. Raises
+    ValueError, before any launch, for a tensor of another rank or shape, one that is not
+    contiguous, an HV that is not a multiple of H, a chunk size (A's last dimension) that is
+    not a power of two of at least 16, or a packed batch with B != 1."""
     from fla.ops.kda.wy_fast import recompute_w_u_fwd_kda_kernel
     from fla.ops.utils.index import prepare_chunk_indices
 
+    for name, t in (("k", k), ("v", v), ("A", A), ("gk", gk)):
+        _dims(name, t, 4)
     B, T, H, K = k.shape
     HV, V = v.shape[2], v.shape[3]
     BT = A.shape[-1]
-    if v.shape[:2] != (B, T) or gk.shape != (B, T, HV, K) or A.shape[:3] != (B, T, HV):
+    if BT < 16 or BT & (BT - 1):
         raise ValueError(
-            f"k {tuple(k.shape)}, v {tuple(v.shape)}, A {tuple(A.shape)} and gk {tuple(gk.shape)} "
-            "do not describe one [B, T] batch with HV value heads"
+            f"A's last dimension (the chunk size) must be a power of two >= 16, got {BT}"
         )
-    if q is not None and q.shape != k.shape:
-        raise ValueError(f"q {tuple(q.shape)} must match k {tuple(k.shape)}")
+    shapes = {"k": (k, (B, T, H, K)), "v": (v, (B, T, HV, V)), "beta": (beta, (B, T, HV)),
+              "A": (A, (B, T, HV, BT)), "gk": (gk, (B, T, HV, K))}  # fmt: skip
+    if q is not None:
+        shapes["q"] = (q, (B, T, H, K))
+    _check_batch(shapes, {n: t for n, (t, _) in shapes.items()}, H, HV, cu_seqlens)
     if cu_seqlens is not None and chunk_indices is None:
         chunk_indices = prepare_chunk_indices(cu_seqlens, BT)
     NT = triton.cdiv(T, BT) if cu_seqlens is None else len(chunk_indices)
@@ -222,19 +257,23 @@ def w_u(k, v, beta, A, gk, q=None, cu_seqlens=None, chunk_indices=None):
 def dav(q, k, v, do, A, scale, cu_seqlens=None, chunk_size=64, chunk_indices=None):
     """(dA fp32 [B, T, HV, BT], dv like do) as fla 0.6.0's ``chunk_kda_bwd_dAv`` on sm90
     (its block sizes min(max(next_pow2(K or V), 16), 128)). q, k: [B, T, H, K]; v, do:
-    [B, T, HV, V]; A: [B, T, HV, BT]; all contiguous. Raises ValueError for mismatched
-    shapes."""
+    [B, T, HV, V]; A: [B, T, HV, chunk_size]; all contiguous; HV a multiple of H; a packed
+    batch (cu_seqlens) has B == 1. Raises ValueError, before any launch, for a tensor of
+    another rank or shape, one that is not contiguous, an HV that is not a multiple of H, a
+    chunk_size that is not a power of two of at least 16, or a packed batch with B != 1."""
     from fla.ops.kda.chunk_bwd import chunk_kda_bwd_kernel_dAv
     from fla.ops.utils.index import prepare_chunk_indices
 
+    for name, t in (("q", q), ("k", k), ("v", v), ("do", do), ("A", A)):
+        _dims(name, t, 4)
     B, T, H, K = k.shape
     HV, V = do.shape[2], do.shape[3]
     BT = chunk_size
-    if v.shape != do.shape or do.shape[:2] != (B, T) or q.shape != k.shape:
-        raise ValueError(
-            f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} and do {tuple(do.shape)} "
-            "do not describe one [B, T] batch"
-        )
+    if not isinstance(BT, int) or BT < 16 or BT & (BT - 1):
+        raise ValueError(f"chunk_size must be a power of two >= 16, got {BT!r}")
+    shapes = {"k": (k, (B, T, H, K)), "q": (q, (B, T, H, K)), "v": (v, (B, T, HV, V)),
+              "do": (do, (B, T, HV, V)), "A": (A, (B, T, HV, BT))}  # fmt: skip
+    _check_batch(shapes, {n: t for n, (t, _) in shapes.items()}, H, HV, cu_seqlens)
     if cu_seqlens is not None and chunk_indices is None:
         chunk_indices = prepare_chunk_indices(cu_seqlens, BT)
     NT = triton.cdiv(T, BT) if cu_seqlens is None else len(chunk_indices)
