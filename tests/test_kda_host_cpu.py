@@ -42,6 +42,13 @@ def test_counts_each_chains_launches_and_autotuned_launches(tmp_path: Path) -> N
         (("022", "--shape", "1,2,3"), "--shape must be five ints"),
         (("999",), "no kda idea '999'"),
         (("22",), "no kda idea '22'"),
+        (("022", "--shape", "0,0,0,0,0"), "every size must be positive"),
+        (("022", "--shape", "1,256,2,300,64"), "K at most 128"),
+        (("022", "--out", "/"), "give a file path in an existing folder"),
+        (
+            ("022", "--out", "/nonexistent-folder-kf/x.json"),
+            "give a file path in an existing folder",
+        ),
     ],
 )
 def test_refuses_bad_arguments(args: tuple[str, ...], fragment: str) -> None:

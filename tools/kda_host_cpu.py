@@ -87,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("ideas", nargs="+", help="kda idea numbers, e.g. 022 024")
     ap.add_argument("--calls", type=int, default=200, help="calls per timed block")
     ap.add_argument("--rounds", type=int, default=7, help="timed blocks per idea and direction")
-    ap.add_argument("--shape", default="1,256,2,64,64", help="B,T,H,K,V of the CPU tensors")
+    ap.add_argument(
+        "--shape", default="1,256,2,64,64", help="B,T,H,K,V of the CPU tensors (K <= 128, V <= 512)"
+    )
     ap.add_argument("--out", type=Path, help="write the report as JSON here")
     a = ap.parse_args(argv)
     if a.calls < 1 or a.rounds < 1:
@@ -96,7 +98,16 @@ def main(argv: list[str] | None = None) -> int:
         B, T, H, K, V = (int(x) for x in a.shape.split(","))
     except ValueError:
         ap.error(f"--shape must be five ints B,T,H,K,V, got {a.shape!r}")
-    os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="kda-host-cpu-"))
+    if min(B, T, H, K, V) < 1 or K > 128 or V > 512:
+        ap.error(
+            f"--shape {a.shape}: every size must be positive, K at most 128 and V at most 512 "
+            "(the chains' own path; K above 128 runs fla's stages)"
+        )
+    if a.out is not None and (a.out.is_dir() or not a.out.parent.is_dir()):
+        ap.error(f"--out {a.out}: give a file path in an existing folder")
+    a.ideas = list(dict.fromkeys(a.ideas))  # each idea once
+    tmp = tempfile.TemporaryDirectory(prefix="kda-host-cpu-")
+    os.environ.setdefault("TRITON_CACHE_DIR", tmp.name)
     sys.path[:0] = [str(ROOT), str(ROOT / "package" / "src")]
     import contextlib
     import importlib
@@ -162,8 +173,8 @@ def main(argv: list[str] | None = None) -> int:
             f"(launches per forward+backward: {r['launches']}, {r['autotuned']} through fla's autotuners)"
         )
     if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(json.dumps(report, indent=1) + "\n")
+    tmp.cleanup()
     return 0
 
 

@@ -24,6 +24,7 @@ from kernel_fun import cconv, kda
         (dict(D=2048, device="nonsense"), "device 'nonsense' is not a device"),
         (dict(D=2048, device=True), "device must be a torch.device"),
         (dict(D=2048, device=1.5), "device must be a torch.device"),
+        (dict(D=2048, backward="no"), "backward='no' is not a bool"),
     ],
 )
 def test_cconv_warmup_refuses_bad_arguments(kwargs, needle) -> None:

@@ -708,11 +708,13 @@ def warmup(
     nothing. Returns the number of warm-up calls made (0 when our kernels are not used here,
     e.g. on a CPU-only machine, or a W or dtype outside the supported box). Raises, on any
     machine, ValueError for a D, W, B or T_max that is not a positive int, a dtype that is
-    not a floating dtype or a device that does not parse, and TypeError for a dtype that is
-    not a torch.dtype.
+    not a floating dtype, a device that does not parse or a backward that is not a bool, and
+    TypeError for a dtype that is not a torch.dtype.
     """
     support.check_positive_ints(D=D, W=W, B=B, T_max=T_max)
     support.check_dtypes(dtype=dtype, weight_dtype=weight_dtype)
+    if not isinstance(backward, bool):
+        raise ValueError(f"warmup: backward={backward!r} is not a bool")
     device = support.check_device(device)
     if not compat.check_fla(FAMILY) or not torch.cuda.is_available():
         return 0
