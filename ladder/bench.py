@@ -91,7 +91,14 @@ def select_shapes(family: ModuleType, which: str, allowed: tuple[str, ...]) -> l
             raise LadderError(f"family {family.FAMILY} defines no {which!r} shapes")
         return list(family.SHAPES[which])
     by_name = {s.name: s for group in family.SHAPES.values() for s in group}
-    names = [n.strip() for n in which.split(",") if n.strip()]
+    names = list(dict.fromkeys(n.strip() for n in which.split(",") if n.strip()))  # each once
+    # a set's name that is no shape's ("prod" is both in every family: the prod shape)
+    sets = [n for n in names if (n in family.SHAPES or n in allowed) and n not in by_name]
+    if sets and len(names) > 1:
+        raise LadderError(
+            f"--shapes {which!r}: {', '.join(sets)} {'is a shape set' if len(sets) == 1 else 'are shape sets'}; "
+            f"give one set alone, or shape names only"
+        )
     unknown = [n for n in names if n not in by_name]
     if not names:
         raise LadderError(

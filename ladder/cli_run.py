@@ -100,6 +100,9 @@ def check(
     out = console()
     if interpret or not gpu:
         why_not = getattr(fam, "NO_INTERPRETER", None)
+        if why_not and knobs and os.environ.get("TRITON_INTERPRET") != "1":
+            # a bad --knob is refused here and now, not first on the GPU machine
+            prepare_idea(family, folder, knobs, root, load=False)
         if why_not:
             raise NoGpu(
                 f"family {family} cannot run on Triton's CPU interpreter ({why_not}); run "
@@ -114,14 +117,15 @@ def check(
         small = {s.name: s for s in fam.SHAPES["small"]}
         picked = None  # None: every small shape
         if shapes not in (None, "small"):
-            names = [n.strip() for n in shapes.split(",") if n.strip()]
+            names = list(dict.fromkeys(n.strip() for n in shapes.split(",") if n.strip()))
             big = [n for n in names if n not in small]
             if big:
+                one = len(big) == 1
                 raise LadderError(
                     f"the CPU interpreter runs the family's small shapes only ({', '.join(small)}); "
-                    f"{', '.join(big)} {'is' if len(big) == 1 else 'are'} not one of them: drop "
-                    f"them from --shapes, or run `python -m ladder check {family} {folder} "
-                    f"--shapes {shapes}` on the GPU machine"
+                    f"{', '.join(big)} {'is' if one else 'are'} not one of them: drop "
+                    f"{'it' if one else 'them'} from --shapes, or run `python -m ladder check "
+                    f"{family} {folder} --shapes {shapes}` on the GPU machine"
                 )
             picked = [small[n] for n in names]
         if paths.idea_number(folder) == 0 and not getattr(fam, "BASELINE_ON_INTERPRETER", False):

@@ -50,3 +50,9 @@ def test_a_bad_launch_knob_is_refused_on_the_cpu(knob: str, fragment: str) -> No
     # the knob check comes before any device is looked for, so this runs on the CPU
     res = CliRunner().invoke(app, ["bench", "kda", "024", "--knob", knob])
     assert res.exit_code != 0 and fragment in res.output, res.output
+
+
+def test_check_refuses_a_bad_knob_before_saying_kda_needs_a_gpu() -> None:
+    res = CliRunner().invoke(app, ["check", "kda", "024", "--knob", "KDA_WY_BK=3"])
+    assert res.exit_code != 0
+    assert "KDA_WY_BK must be a power of two from 16 to 256" in res.output, res.output

@@ -280,6 +280,10 @@ def test_bad_shape_sets(no_gpu) -> None:
     assert_usage_error(run("check", "toy", "1", "--shapes", "x,y"), "x, y are neither")
     assert_usage_error(run("check", "toy", "1", "--shapes", ","), "names no shape")
     assert_usage_error(
+        run("check", "toy", "1", "--shapes", "small,s-b1-t5-d4-w3"),
+        "small is a shape set; give one set alone, or shape names only",
+    )
+    assert_usage_error(
         run("check", "toy", "1", "--shapes", "prod,d16-w2"),
         "prod, d16-w2 are not one of them",
         "--shapes prod,d16-w2",
@@ -287,7 +291,16 @@ def test_bad_shape_sets(no_gpu) -> None:
 
 
 def test_check_runs_chosen_small_shapes_on_the_interpreter(interpret_env) -> None:
-    result = run("check", "toy", "1", "--interpret", "--shapes", "s-b1-t5-d4-w3", "--no-strided")
+    # a name given twice runs once
+    result = run(
+        "check",
+        "toy",
+        "1",
+        "--interpret",
+        "--shapes",
+        "s-b1-t5-d4-w3,s-b1-t5-d4-w3",
+        "--no-strided",
+    )
     assert result.exit_code == 0, result.output
     assert "s-b1-t5-d4-w3: ok" in result.stdout
     assert "s-b2-t9-d8-w4" not in result.stdout

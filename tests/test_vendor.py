@@ -1298,7 +1298,7 @@ def test_refuses_records_that_do_not_promote(tmp_path):
     lad.commit("records")
     refused(lad.vendor("--record", bad), "status is 'incorrect'")
     refused(lad.vendor("--record", dirty), "benched on a dirty tree")
-    refused(lad.vendor("--record", "20990101T000000Z-abcdef"), "is not committed at")
+    refused(lad.vendor("--record", "20990101T000000Z-abcdef"), "is in no idea's records/ at")
     _code_changed(lad)
     good = lad.add_record("001-first", {}, code="0" * 64)
     lad.commit("record")

@@ -67,7 +67,17 @@ def test_vendor_idea_refusals_on_the_real_repository_say_why():
     sha = vl.resolve_commit(repo, "HEAD")
     with pytest.raises(vl.VendorError, match=r"001-strip-onepass lacks case\(s\)"):
         tool.select_record(repo, spec, sha, "001-strip-onepass", None)
-    with pytest.raises(vl.VendorError, match="one record must time every rank shape"):
+    with pytest.raises(vl.VendorError, match="one record must time every rank shape") as info:
         tool.select_record(repo, spec, sha, "004-exact-sigmoid", None)
+    assert "the winner rule, over every cconv record, says" in str(info.value)
+    assert "<idea>" not in str(info.value)
+    with pytest.raises(vl.VendorError, match="no single idea '²'"):
+        vl.resolve_idea_ref(repo, sha, spec, "²")
+    # a record of the baseline is refused as the baseline's, whatever --idea says
+    base = sorted((repo / spec.ideas_dir / "000-fla" / "records").glob("*.json"))[0].stem
+    with pytest.raises(vl.VendorError, match="000-fla is family cconv's baseline"):
+        tool.select_record(repo, spec, sha, "013-small-split", base)
+    with pytest.raises(vl.VendorError, match="is in no idea's records/ at"):
+        tool.select_record(repo, spec, sha, None, "20990101T000000Z-abcdef")
     with pytest.raises(vl.VendorError, match="baseline .* it is never vendored"):
         tool.select_record(repo, spec, sha, "000-fla", None)

@@ -50,6 +50,8 @@ def select_record(
             for folder in vl.idea_folders(repo, commit, spec)
             if vl.read_blob(repo, commit, vl.record_relpath(spec, folder, record_id)) is not None
         ]
+        if len(matches) == 1:
+            _refuse_baseline(spec, matches[0])
         if idea is not None and len(matches) == 1 and matches[0] != idea:
             raise vl.VendorError(
                 f"record {record_id} belongs to idea {matches[0]}, not {idea}; drop --idea, "
@@ -57,11 +59,17 @@ def select_record(
             )
         if idea is not None:
             matches = [m for m in matches if m == idea]
-        if len(matches) != 1:
+        if not matches:
             where = f" of {idea}" if idea else ""
             raise vl.VendorError(
-                f"record {record_id}{where} is not committed at {commit[:12]} "
-                f"({len(matches)} matches); commit it, or pass --commit"
+                f"record {record_id}{where} is in no idea's records/ at {commit[:12]}: check the "
+                f"id (`python -m ladder board {spec.family}` names each idea's records), or "
+                "commit the record (or pass --commit)"
+            )
+        if len(matches) != 1:
+            raise vl.VendorError(
+                f"record {record_id} is in {len(matches)} ideas' records/ at {commit[:12]} "
+                f"({', '.join(matches)}); pass --idea to say which"
             )
         _refuse_baseline(spec, matches[0])
         _check_promoted_cases(repo, spec, commit, matches[0])
@@ -147,7 +155,11 @@ def _explain_no_record(
             f"{vl.rebench_hint(spec, idea)}"
         )
     if good and why is not None:
-        raise vl.VendorError(f"idea {idea} has no promotable record: {why}")
+        reason = str(why).replace("<idea>", idea[:3])
+        raise vl.VendorError(
+            f"idea {idea} has no promotable record; the winner rule, over every {spec.family} "
+            f"record, says: {reason}"
+        )
     raise vl.VendorError(
         f"idea {idea} has no promotable record ({len(recs)} records, {len(good)} passed on a "
         f"clean tree, device {spec.target_device!r} needed); bench it: "
@@ -332,7 +344,7 @@ def resolve_idea(repo: Path, sha: str, commit: str, spec: vl.FamilySpec, ref: st
         ref = ref.strip()
         for name in on_disk:
             if ref in (name, name[4:]) or (
-                ref.isdigit() and name[:3].isdigit() and int(name[:3]) == int(ref)
+                ref.isascii() and ref.isdigit() and name[:3].isdigit() and int(name[:3]) == int(ref)
             ):
                 if name not in vl.idea_folders(repo, sha, spec):
                     raise _not_committed(

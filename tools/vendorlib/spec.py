@@ -185,7 +185,7 @@ def resolve_idea_ref(repo: Path, commit: str, spec: FamilySpec, ref: str) -> str
     ref = ref.strip()
     if ref in folders:
         return ref
-    if ref.isdigit():
+    if ref.isascii() and ref.isdigit():  # "²" and other non-ASCII digits are no idea numbers
         matches = [f for f in folders if int(f[:3]) == int(ref)]
     else:
         matches = [f for f in folders if f[4:] == ref]
