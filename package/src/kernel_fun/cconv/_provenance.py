@@ -61,5 +61,5 @@ OUTPUT_FILES = {
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "d13998658a57cf53772d8c42e047706ea56612c851a518480fede2f22b66588e",
+    "tool_sha256": "71b22793fe2e0981852f5ba9399faba0ca49cc3b3ddc88251aafa8fc03d582c0",
 }
