@@ -225,13 +225,15 @@ def _bad_calls():
         ("dav", (k, k, v, v, A, 0.1), {}, None),  # valid: past the checks, to Triton
         ("dav", (k, k, v, v.transpose(2, 3).contiguous().transpose(2, 3), A, 0.1), {},
          "do must be contiguous"),
+        ("gate_cumsum", (gk, r(5), r(HV * K), 1.0, BT), {}, "A_log must be a contiguous tensor of 4 elements, got [5]"),
+        ("gate_cumsum", (gk, r(HV), r(7), 1.0, BT), {}, "dt_bias must be a contiguous tensor of 128 elements, got [7]"),
         ("l2norm_fwd", (torch.tensor(1.0),), {}, "x must be [..., D] with D >= 1, got []"),
         ("l2norm_fwd", (r(4, 0),), {}, "x must be [..., D] with D >= 1, got [4, 0]"),
         ("l2norm_bwd", (r(4, 8), r(4).bfloat16(), r(4, 8)), {}, "rstd must be fp32"),
     ]  # fmt: skip
 
 
-@pytest.mark.parametrize("case", range(17))
+@pytest.mark.parametrize("case", range(len(_bad_calls())))
 def test_024s_launches_refuse_bad_shapes_before_launching(case: int) -> None:
     """Each of launch.py's checks raises its ValueError on the CPU, before Triton is reached
     (a call that passed them would stop at Triton's "0 active drivers" here)."""

@@ -177,13 +177,19 @@ def gate_cumsum(
     times ``scale``. g: [B, T, H, S] contiguous; A_log [H] and dt_bias [H * S] or None;
     cu_seqlens [N + 1] with B == 1 and chunk_indices (fla's, made here when None) for a
     packed batch. Returns fp32 [B, T, H, S]. Raises ValueError for a g that is not 4-D or
-    not contiguous, or a packed batch with B != 1."""
+    not contiguous, an A_log or dt_bias of another size or not contiguous, or a packed batch
+    with B != 1."""
     from fla.ops.kda.gate import kda_gate_chunk_cumsum_vector_kernel
     from fla.ops.utils.index import prepare_chunk_indices
 
     if g.dim() != 4 or not g.is_contiguous():
         raise ValueError(f"g must be a contiguous [B, T, H, S] tensor, got {tuple(g.shape)}")
     B, T, H, S = g.shape
+    for name, t, n in (("A_log", A_log, H), ("dt_bias", dt_bias, H * S)):
+        if t is not None and (t.numel() != n or not t.is_contiguous()):
+            raise ValueError(
+                f"{name} must be a contiguous tensor of {n} elements, got {list(t.shape)}"
+            )
     if cu_seqlens is not None and B != 1:
         raise ValueError(f"a packed batch has B == 1, got B {B}")
     if cu_seqlens is not None and chunk_indices is None:
