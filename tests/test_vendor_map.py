@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.ladderfab import vendor as tool
 from tests.ladderfab import vl
 
 FAMILIES = sorted(p.parent.name for p in (vl.TOOL_ROOT / "ladder" / "kernels").glob("*/family.py"))
@@ -39,13 +40,7 @@ def test_the_winner_is_in_the_vendor_map(name):
 def test_the_vendor_refuses_an_idea_without_the_cases_the_family_promotes():
     """cconv promotes only ideas with every case (PROMOTE_CASES); idea 001 takes the dense
     case alone, so neither --idea nor --record may vendor it, and the refusal says why."""
-    import importlib.util
-
     repo = vl.TOOL_ROOT
-    path = repo / "tools" / "vendor.py"
-    mod_spec = importlib.util.spec_from_file_location("kf_vendor_tool", path)
-    tool = importlib.util.module_from_spec(mod_spec)
-    mod_spec.loader.exec_module(tool)
     spec = vl.load_family_spec(repo, "HEAD", "cconv")
     with pytest.raises(vl.VendorError, match=r"001-strip-onepass lacks case\(s\) bias-residual"):
         tool._check_promoted_cases(repo, spec, "HEAD", "001-strip-onepass")
@@ -56,13 +51,7 @@ def test_vendor_idea_refusals_on_the_real_repository_say_why():
     """`--idea` of an idea the winner rule turns down quotes the rule's reason: 001 lacks cases
     (checked before anything else), 004's records time too few of the rank shapes, and
     000-fla is the baseline."""
-    import importlib.util
-
     repo = vl.TOOL_ROOT
-    path = repo / "tools" / "vendor.py"
-    mod_spec = importlib.util.spec_from_file_location("kf_vendor_tool2", path)
-    tool = importlib.util.module_from_spec(mod_spec)
-    mod_spec.loader.exec_module(tool)
     spec = vl.load_family_spec(repo, "HEAD", "cconv")
     sha = vl.resolve_commit(repo, "HEAD")
     with pytest.raises(vl.VendorError, match=r"001-strip-onepass lacks case\(s\)"):
