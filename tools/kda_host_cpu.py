@@ -105,6 +105,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     if a.out is not None and (a.out.is_dir() or not a.out.parent.is_dir()):
         ap.error(f"--out {a.out}: give a file path in an existing folder")
+    ideas = ROOT / "ladder" / "kernels" / "kda" / "ideas"
+    for i in a.ideas:
+        if not (len(i) == 3 and i.isdigit() and any(ideas.glob(f"{i}-*/kernel.py"))):
+            ap.error(f"no kda idea {i!r}: give idea numbers of ladder/kernels/kda/ideas, e.g. 022")
     a.ideas = list(dict.fromkeys(a.ideas))  # each idea once
     tmp = tempfile.TemporaryDirectory(prefix="kda-host-cpu-")
     os.environ.setdefault("TRITON_CACHE_DIR", tmp.name)
@@ -120,10 +124,6 @@ def main(argv: list[str] | None = None) -> int:
     import ladder  # noqa: F401  (the idea import finder)
 
     args, do = _inputs(B, T, H, K, V)
-    ideas = ROOT / "ladder" / "kernels" / "kda" / "ideas"
-    for i in a.ideas:
-        if not (len(i) == 3 and i.isdigit() and any(ideas.glob(f"{i}-*/kernel.py"))):
-            ap.error(f"no kda idea {i!r}: give idea numbers of ladder/kernels/kda/ideas, e.g. 022")
     mods = {i: importlib.import_module(f"ladder.kernels.kda.ideas.i{i}.kernel") for i in a.ideas}
 
     def fwd(m):

@@ -42,6 +42,7 @@ in its docstring; anything else is fla's kernel's.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -80,9 +81,11 @@ MAX_D = 512  # fla's L2 norm takes its blocked kernel up to D 512, its row kerne
 NB = 1
 
 
+@functools.cache
 def jit(kernel):
     """The triton.jit function under fla's heuristics and autotuning wrappers (on Triton's
-    CPU interpreter, the interpreted function that stands for it)."""
+    CPU interpreter, the interpreted function that stands for it); found once per kernel,
+    not on every call."""
     from triton.runtime.interpreter import InterpretedFunction
 
     while not isinstance(kernel, (triton.runtime.jit.JITFunction, InterpretedFunction)):
@@ -90,20 +93,20 @@ def jit(kernel):
     return kernel
 
 
-def _check_batch(shapes: dict, contiguous: dict, H: int, HV: int, cu_seqlens) -> None:
+def _check_batch(shapes: dict, H: int, HV: int, B: int, cu_seqlens) -> None:
     """ValueError, before any launch, naming the first tensor of ``shapes`` ({name: (tensor,
-    expected shape)}) of another rank or shape, the first of ``contiguous`` that is not
-    contiguous, an HV that is not a multiple of H, or a packed batch with B != 1 (fla's
-    kernels read past a tensor of another shape without an error)."""
+    expected shape)}) of another rank or shape or not contiguous, an HV that is not a
+    multiple of H, or a packed batch with B != 1 (fla's kernels read past a tensor of another
+    shape or layout without an error)."""
     for name, (t, want) in shapes.items():
         if t.dim() != len(want) or tuple(t.shape) != tuple(want):
             raise ValueError(f"{name} must be {list(want)}, got {list(t.shape)}")
-    for name, t in contiguous.items():
+    for name, (t, _) in shapes.items():
         if not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous (the chain makes its tensors so)")
     if H < 1 or HV % H:
         raise ValueError(f"the value heads HV {HV} must be a multiple of the heads H {H}")
-    if cu_seqlens is not None and next(iter(shapes.values()))[0].shape[0] != 1:
+    if cu_seqlens is not None and B != 1:
         raise ValueError("a packed batch (cu_seqlens given) has B == 1")
 
 
@@ -243,7 +246,7 @@ def w_u(k, v, beta, A, gk, q=None, cu_seqlens=None, chunk_indices=None):
               "A": (A, (B, T, HV, BT)), "gk": (gk, (B, T, HV, K))}  # fmt: skip
     if q is not None:
         shapes["q"] = (q, (B, T, H, K))
-    _check_batch(shapes, {n: t for n, (t, _) in shapes.items()}, H, HV, cu_seqlens)
+    _check_batch(shapes, H, HV, B, cu_seqlens)
     if cu_seqlens is not None and chunk_indices is None:
         chunk_indices = prepare_chunk_indices(cu_seqlens, BT)
     NT = triton.cdiv(T, BT) if cu_seqlens is None else len(chunk_indices)
@@ -279,7 +282,7 @@ def dav(q, k, v, do, A, scale, cu_seqlens=None, chunk_size=64, chunk_indices=Non
         raise ValueError(f"chunk_size must be a power of two >= 16, got {BT!r}")
     shapes = {"k": (k, (B, T, H, K)), "q": (q, (B, T, H, K)), "v": (v, (B, T, HV, V)),
               "do": (do, (B, T, HV, V)), "A": (A, (B, T, HV, BT))}  # fmt: skip
-    _check_batch(shapes, {n: t for n, (t, _) in shapes.items()}, H, HV, cu_seqlens)
+    _check_batch(shapes, H, HV, B, cu_seqlens)
     if cu_seqlens is not None and chunk_indices is None:
         chunk_indices = prepare_chunk_indices(cu_seqlens, BT)
     NT = triton.cdiv(T, BT) if cu_seqlens is None else len(chunk_indices)
