@@ -332,3 +332,47 @@ def test_readme_quotes_the_kda_host_cpu_report() -> None:
         f"the CPU measure's -{a['fwd_us'] - b['fwd_us']:.0f} and -{a['fwdbwd_us'] - b['fwdbwd_us']:.0f} us"
         in notes_text
     )
+
+
+def test_readme_quotes_the_kda_h100_pair() -> None:
+    """The H100 numbers README quotes for kda/024 and kda/022 are their records' from one call,
+    and the GPU test counts are the committed report's."""
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    ideas = "ladder/kernels/kda/ideas/"
+    r24 = ideas + "024-fixed-launch/records/20261205T120140Z-e2acc143.json"
+    r22 = ideas + "022-diag-qg/records/20261205T120341Z-dd4482b7.json"
+    for path in (r24, r22):
+        assert json.loads((ROOT / path).read_text())["device"]["name"] == "NVIDIA H100 80GB HBM3"
+    a, b = _shape(r24, "prod"), _shape(r22, "prod")
+    ha, hb = a["host_us"], b["host_us"]
+    fla_moved = abs(ha["fwd"]["baseline"] - hb["fwd"]["baseline"])
+    assert (
+        f"024's device time is 022's (forward+backward {a['fwdbwd']['ratio']:.3f}x and "
+        f"{b['fwdbwd']['ratio']:.3f}x fla there) and its host time per forward "
+        f"{ha['fwd']['candidate']:.0f} us against 022's {hb['fwd']['candidate']:.0f} us, but fla's "
+        f"own figure moved by {fla_moved:.0f} us between the two records and forward+backward "
+        f"through autograd did not move ({ha['fwdbwd']['candidate']:.0f} against "
+        f"{hb['fwdbwd']['candidate']:.0f} us)"
+    ) in readme
+    # the claims: the device times agree within 0.5%, the forward's host gain is no larger
+    # than fla's own spread between the records
+    assert (
+        abs(a["fwdbwd"]["candidate_ms"]["median"] / b["fwdbwd"]["candidate_ms"]["median"] - 1)
+        < 0.005
+    )
+    assert hb["fwd"]["candidate"] - ha["fwd"]["candidate"] <= 1.05 * fla_moved
+    assert (
+        f"{b['fwd']['ratio']:.3f}x forward, {b['fwdbwd']['ratio']:.3f}x forward+backward"
+    ) in readme
+    report = (ROOT / "docs" / "results" / "gpu-test-20261205.txt").read_text()
+    for line in (
+        "25 passed, 1 skipped, 5 warnings",
+        "59 passed, 8 skipped, 2 warnings",
+        "4 passed in 33.28s",
+        "4 passed, 4 warnings in 98.15s",
+    ):
+        assert line in report, line
+    assert (
+        "common 4, kda 25 passed and 1 skipped (two GPUs), cconv 59 passed and 8 skipped, on an "
+        "H100 80GB HBM3; layer 4, on an H200"
+    ) in readme
