@@ -7,8 +7,8 @@
 # cold caches make the test groups compile-bound on the CPU, so they overlap well; stages
 # that time things (ladder, bench, prodtime) belong alone. Joined stages share the one GPU's
 # memory: with PYTEST_WORKERS=4, kda+layer+common+cconv needs more than an 80 GB H100 holds
-# (two kda workers took 22 and 41 GiB and the layer group ran out of memory); it fits an H200,
-# and on an H100 the layer group runs apart (STAGES="kda+common+cconv layer").
+# (the layer group ran out of memory beside processes holding up to 41 GiB); on an H200 it fitted
+# (earlier builds), and on an H100 the layer group runs apart (STAGES="kda+common+cconv layer").
 # Wheels in .whl/ (fla-core, flash-linear-attention, libcst, ruff) are installed into a
 # private target first when fla or libcst is missing. Logs, records and JSON land in $OUT; the last lines
 # printed are a summary table. A test stage that ran no test (every one skipped, e.g. no
