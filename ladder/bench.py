@@ -47,6 +47,7 @@ __all__ = [
     "measure",
     "run_bench",
     "select_shapes",
+    "shape_names",
     "versions",
 ]
 
@@ -80,6 +81,11 @@ def covered_shapes(family: ModuleType, idea: Any, shapes: list[Any]) -> list[Any
     return [s for s in shapes if contract.shape_case(s) in cases]
 
 
+def shape_names(which: str) -> list[str]:
+    """The names of a comma-separated ``--shapes`` value, blanks dropped, each once, in order."""
+    return list(dict.fromkeys(n.strip() for n in which.split(",") if n.strip()))
+
+
 def select_shapes(family: ModuleType, which: str, allowed: tuple[str, ...]) -> list[Any]:
     """The family's shapes for ``which``: a set name in ``allowed`` ("all" = prod + sweep), or
     comma-separated shape names of the family (e.g. "v128,gva", to bench a few shapes per
@@ -91,7 +97,7 @@ def select_shapes(family: ModuleType, which: str, allowed: tuple[str, ...]) -> l
             raise LadderError(f"family {family.FAMILY} defines no {which!r} shapes")
         return list(family.SHAPES[which])
     by_name = {s.name: s for group in family.SHAPES.values() for s in group}
-    names = list(dict.fromkeys(n.strip() for n in which.split(",") if n.strip()))  # each once
+    names = shape_names(which)
     # a set's name that is no shape's ("prod" is both in every family: the prod shape)
     sets = [n for n in names if (n in family.SHAPES or n in allowed) and n not in by_name]
     if sets and len(names) > 1:

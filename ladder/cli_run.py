@@ -117,7 +117,9 @@ def check(
         small = {s.name: s for s in fam.SHAPES["small"]}
         picked = None  # None: every small shape
         if shapes not in (None, "small"):
-            names = list(dict.fromkeys(n.strip() for n in shapes.split(",") if n.strip()))
+            from ladder.bench import shape_names
+
+            names = shape_names(shapes)
             big = [n for n in names if n not in small]
             if big:
                 one = len(big) == 1
