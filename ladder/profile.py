@@ -8,6 +8,13 @@ kernel's share of the direction and the number of launches per call. The directi
 time per call (CUDA events around the same repetitions, profiler off) is printed beside the
 kernel sum, so launch gaps show as their difference.
 
+``--host`` profiles the host side instead: the same repetitions under ``torch.profiler``
+with CPU activity only, every host op and Python-level range summed by its self time (time
+not spent in a child op) per call of the direction, beside the direction's host time per call
+(``time.perf_counter`` around the repetitions, each followed by a synchronize, so the GPU
+never holds the launch queue full). It says where a call's host microseconds go: the
+autograd engine, Triton's launcher, the caching allocator, the op's own Python.
+
 Also printed, for kernels tuned by Triton's autotuner in any module the idea imported, the
 configuration each picked for the keys it saw (``--json`` writes everything to a file).
 """
@@ -26,7 +33,15 @@ from ladder import paths
 from ladder.paths import LadderError
 from ladder.prepare import prepare_idea
 
-__all__ = ["DIRECTIONS", "autotune_picks", "check_directions", "kernel_table", "profile_direction"]
+__all__ = [
+    "DIRECTIONS",
+    "autotune_picks",
+    "check_directions",
+    "host_table",
+    "kernel_table",
+    "profile_direction",
+    "profile_host",
+]
 
 # The callables a family's ``timed`` hook returns (docs/DESIGN.md, "The family contract").
 DIRECTIONS = ("fwd", "bwd", "fwdbwd")
@@ -50,6 +65,44 @@ def kernel_table(events: Any, reps: int) -> list[dict[str, Any]]:
         if v["us"] > 0
     ]
     return sorted(out, key=lambda r: -r["ms"])
+
+
+def host_table(events: Any, reps: int) -> list[dict[str, Any]]:
+    """[{op, us, calls}] per call of the op from profiler key_averages() of a CPU-only
+    profile: each host op's self CPU time (microseconds, children excluded) and how many times
+    it ran, divided by ``reps``, largest first. Ops of no self time are left out."""
+    out = []
+    for ev in events:
+        self_us = float(getattr(ev, "self_cpu_time_total", 0.0) or 0.0)
+        if self_us <= 0:
+            continue
+        out.append({"op": ev.key, "us": self_us / reps, "calls": int(ev.count) / reps})
+    return sorted(out, key=lambda r: -r["us"])
+
+
+def profile_host(fn: Any, *, warmup: int, reps: int) -> dict[str, Any]:
+    """Warm ``fn`` up, time ``reps`` calls on the host (each followed by a synchronize, which
+    is not counted), then profile ``reps`` calls with CPU activity only: {host_us, ops}."""
+    import time
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    spent = 0.0
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        spent += time.perf_counter() - t0
+        torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(reps):
+            fn()
+            torch.cuda.synchronize()
+    ops = [r for r in host_table(prof.key_averages(), reps) if r["op"] != "cudaDeviceSynchronize"]
+    return {"host_us": spent / reps * 1e6, "ops": ops}
 
 
 def profile_direction(fn: Any, *, warmup: int, reps: int) -> dict[str, Any]:
@@ -145,10 +198,14 @@ def main(
     seed: int = typer.Option(0, help="seed of the family's random inputs"),
     json_out: Path | None = typer.Option(None, "--json", help="write the results here"),
     top: int = typer.Option(25, help="rows printed per direction"),
+    host: bool = typer.Option(
+        False, "--host", help="profile the host side (CPU ops by self time) instead of kernels"
+    ),
 ) -> None:
     """Where an idea's time goes on the GPU: per direction of one shape, every CUDA kernel's
     time per call, share and launches, beside the direction's wall time, and the configs
-    Triton's autotuner picked. Needs a CUDA GPU (exit 2 without one)."""
+    Triton's autotuner picked; with --host, every host op's self time per call beside the
+    direction's host time per call. Needs a CUDA GPU (exit 2 without one)."""
     try:
         import torch
 
@@ -182,7 +239,19 @@ def main(
         "device": torch.cuda.get_device_name(),
         "directions": {},
     }
+    result["mode"] = "host" if host else "kernels"
     for d in dirs:
+        if host:
+            res = profile_host(calls[d], warmup=warmup, reps=reps)
+            result["directions"][d] = res
+            listed = sum(r["us"] for r in res["ops"])
+            typer.echo(
+                f"\n{family}/{prepared.folder} {shape} {d} (host): {res['host_us']:.0f} us/call, "
+                f"profiled ops' self time {listed:.0f} us/call"
+            )
+            for r in res["ops"][:top]:
+                typer.echo(f"  {r['us']:9.1f} us x{r['calls']:<6g} {r['op'][:90]}")
+            continue
         res = profile_direction(calls[d], warmup=warmup, reps=reps)
         result["directions"][d] = res
         typer.echo(

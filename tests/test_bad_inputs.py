@@ -121,3 +121,23 @@ def test_profile_autotune_picks_survives_objects_that_raise_on_getattr(monkeypat
             "config": "BK: 32, num_warps: 4",
         }
     ]
+
+
+def test_profile_host_table_is_self_time_per_call_largest_first() -> None:
+    import types
+
+    from ladder import profile
+
+    def ev(key, self_us, count):
+        return types.SimpleNamespace(key=key, self_cpu_time_total=self_us, count=count)
+
+    events = [
+        ev("aten::empty", 300.0, 40),
+        ev("autograd::engine::evaluate_function", 0.0, 10),
+        ev("triton launch", 1200.0, 80),
+        ev("aten::zeros", 50.0, 10),
+    ]
+    rows = profile.host_table(events, reps=10)
+    assert [r["op"] for r in rows] == ["triton launch", "aten::empty", "aten::zeros"]
+    assert rows[0] == {"op": "triton launch", "us": 120.0, "calls": 8.0}
+    assert rows[1]["us"] == 30.0 and rows[1]["calls"] == 4.0
