@@ -9,11 +9,12 @@ time per call (CUDA events around the same repetitions, profiler off) is printed
 kernel sum, so launch gaps show as their difference.
 
 ``--host`` profiles the host side instead: the same repetitions under ``torch.profiler``
-with CPU activity only, every host op and Python-level range summed by its self time (time
-not spent in a child op) per call of the direction, beside the direction's host time per call
-(``time.perf_counter`` around the repetitions, each followed by a synchronize, so the GPU
-never holds the launch queue full). It says where a call's host microseconds go: the
-autograd engine, Triton's launcher, the caching allocator, the op's own Python.
+with CPU activity only, every host op (aten ops, driver launch calls, autograd Function and
+engine ranges) summed by its self time (time not spent in a child op) per call of the
+direction, beside the direction's host time per call (``time.perf_counter`` around each
+call, each followed by an untimed synchronize, so the launch queue never fills). Python that
+is no op is charged to the innermost range around it: in an autograd Function's range, the
+Function's own wrappers and Triton's launch path.
 
 Also printed, for kernels tuned by Triton's autotuner in any module the idea imported, the
 configuration each picked for the keys it saw (``--json`` writes everything to a file).
