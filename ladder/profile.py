@@ -12,9 +12,11 @@ kernel sum, so launch gaps show as their difference.
 with CPU activity only, every host op (aten ops, driver launch calls, autograd Function and
 engine ranges) summed by its self time (time not spent in a child op) per call of the
 direction, beside the direction's host time per call (``time.perf_counter`` around each
-call, each followed by an untimed synchronize, so the launch queue never fills). Python that
-is no op is charged to the innermost range around it: in an autograd Function's range, the
-Function's own wrappers and Triton's launch path.
+call, each followed by an untimed synchronize, so the launch queue never fills; the
+synchronize's own row is left out of the table). Python that is no op is charged to the
+innermost range around it (in an autograd Function's range: the Function's own wrappers and
+Triton's launch path) and, outside every range, to nothing: the listed self times then sum
+to less than the host time per call, and the difference is that Python.
 
 Also printed, for kernels tuned by Triton's autotuner in any module the idea imported, the
 configuration each picked for the keys it saw (``--json`` writes everything to a file).
