@@ -240,30 +240,32 @@ def main(
         "idea": prepared.folder,
         "shape": shape,
         "device": torch.cuda.get_device_name(),
+        "mode": "host" if host else "kernels",
         "directions": {},
     }
-    result["mode"] = "host" if host else "kernels"
+    head = f"\n{family}/{prepared.folder} {shape}"
     for d in dirs:
         if host:
             res = profile_host(calls[d], warmup=warmup, reps=reps)
-            result["directions"][d] = res
             listed = sum(r["us"] for r in res["ops"])
             typer.echo(
-                f"\n{family}/{prepared.folder} {shape} {d} (host): {res['host_us']:.0f} us/call, "
+                f"{head} {d} (host): {res['host_us']:.0f} us/call, "
                 f"profiled ops' self time {listed:.0f} us/call"
             )
             for r in res["ops"][:top]:
                 typer.echo(f"  {r['us']:9.1f} us x{r['calls']:<6g} {r['op'][:90]}")
-            continue
-        res = profile_direction(calls[d], warmup=warmup, reps=reps)
+        else:
+            res = profile_direction(calls[d], warmup=warmup, reps=reps)
+            typer.echo(
+                f"{head} {d}: wall {res['wall_ms']:.3f} ms/call, "
+                f"kernels {res['kernel_ms']:.3f} ms/call"
+            )
+            for r in res["kernels"][:top]:
+                share = r["ms"] / res["kernel_ms"] if res["kernel_ms"] else 0.0
+                typer.echo(
+                    f"  {r['ms']:8.3f} ms {share:6.1%} x{r['launches']:<5g} {r['kernel'][:90]}"
+                )
         result["directions"][d] = res
-        typer.echo(
-            f"\n{family}/{prepared.folder} {shape} {d}: wall {res['wall_ms']:.3f} ms/call, "
-            f"kernels {res['kernel_ms']:.3f} ms/call"
-        )
-        for r in res["kernels"][:top]:
-            share = r["ms"] / res["kernel_ms"] if res["kernel_ms"] else 0.0
-            typer.echo(f"  {r['ms']:8.3f} ms {share:6.1%} x{r['launches']:<5g} {r['kernel'][:90]}")
     result["autotune"] = autotune_picks()
     if json_out is not None:
         tmp = json_out.with_name(json_out.name + ".partial")

@@ -141,3 +141,60 @@ def test_profile_host_table_is_self_time_per_call_largest_first() -> None:
     assert [r["op"] for r in rows] == ["triton launch", "aten::empty", "aten::zeros"]
     assert rows[0] == {"op": "triton launch", "us": 120.0, "calls": 8.0}
     assert rows[1]["us"] == 30.0 and rows[1]["calls"] == 4.0
+
+
+@pytest.mark.parametrize("host", [False, True])
+def test_profile_cli_writes_each_direction_in_its_mode(monkeypatch, tmp_path, host) -> None:
+    """The CLI's loop without a GPU: the measuring functions stand in, the wiring is real
+    (the idea resolved and prepared, each direction measured once, printed and written)."""
+    import json
+    import types
+
+    import torch
+
+    from ladder import profile
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Fake GPU")
+    fam = profile.paths.load_family("cconv")
+    monkeypatch.setattr(fam, "make_inputs", lambda shape, device, seed: None)
+    monkeypatch.setattr(fam, "timed", lambda module, inputs: {"fwd": "F", "bwd": "B"})
+    monkeypatch.setattr(
+        profile,
+        "prepare_idea",
+        lambda *a, **k: types.SimpleNamespace(folder="000-fla", module=None),
+    )
+    seen = []
+
+    def fake_host(fn, *, warmup, reps):
+        seen.append(("host", fn, warmup, reps))
+        return {"host_us": 50.0, "ops": [{"op": "aten::empty", "us": 7.0, "calls": 2.0}]}
+
+    def fake_kernels(fn, *, warmup, reps):
+        seen.append(("kernels", fn, warmup, reps))
+        return {
+            "wall_ms": 1.5,
+            "kernel_ms": 1.0,
+            "kernels": [{"kernel": "k", "ms": 1.0, "launches": 1}],
+        }
+
+    monkeypatch.setattr(profile, "profile_host", fake_host)
+    monkeypatch.setattr(profile, "profile_direction", fake_kernels)
+    out = tmp_path / "p.json"
+    args = ["cconv", "000", "--shape", "prod", "--reps", "3", "--json", str(out)]
+    res = CliRunner().invoke(profile.app, args + (["--host"] if host else []))
+    assert res.exit_code == 0, res.output
+    mode = "host" if host else "kernels"
+    assert seen == [(mode, "F", 2, 3), (mode, "B", 2, 3)]
+    data = json.loads(out.read_text())
+    assert data["mode"] == mode and data["device"] == "Fake GPU"
+    assert list(data["directions"]) == ["fwd", "bwd"]
+    if host:
+        assert data["directions"]["bwd"]["host_us"] == 50.0
+        assert (
+            "cconv/000-fla prod fwd (host): 50 us/call, profiled ops' self time 7 us/call"
+            in res.output
+        )
+    else:
+        assert data["directions"]["fwd"]["wall_ms"] == 1.5
+        assert "cconv/000-fla prod fwd: wall 1.500 ms/call, kernels 1.000 ms/call" in res.output
