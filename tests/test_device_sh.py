@@ -375,3 +375,43 @@ def test_bench_records_are_packed_after_each_entry(tmp_path: Path) -> None:
         proc.wait(timeout=20)
     with tarfile.open(out / "records.tar") as tar:
         assert tar.getnames() == [rec]
+
+
+@pytest.mark.parametrize(
+    "mib, apart",
+    [("81559", True), ("143771", False), ("81559\n143771", True), ("", False)],
+)
+def test_the_layer_group_runs_apart_on_a_gpu_under_100000_mib(
+    tmp_path: Path, mib: str, apart: bool
+) -> None:
+    """A joined group holding `layer` runs its other members together and then `layer` alone
+    when the smallest GPU nvidia-smi lists has under 100000 MiB (an 80 GB H100: the layer
+    group ran out of memory beside the others there); on an H200, or where nvidia-smi says
+    nothing, the group runs joined. A stand-in nvidia-smi on PATH gives the memory."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(
+        f"#!/usr/bin/env bash\nprintf '%s\\n' {' '.join(repr(m) for m in mib.split())}\n"
+    )
+    smi.chmod(0o755)
+    env = fake_run_env(
+        tmp_path,
+        'sleep 1; echo "1 passed in 0.01s"',
+        STAGES="kda+layer+common",
+        PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+    )
+    res = sh(env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = res.stdout.splitlines()
+
+    def at(prefix: str) -> int:
+        return next(i for i, ln in enumerate(lines) if ln.startswith(prefix))
+
+    starts = [at(f"=== {s}: ") for s in ("kda", "common", "layer")]
+    ends = [at(f"=== {s} done: ") for s in ("kda", "common", "layer")]
+    assert max(starts[:2]) < min(ends[:2])  # kda and common always run together
+    assert (starts[2] > max(ends[:2])) is apart, res.stdout
+    assert ("layer group runs after kda+common" in res.stderr) is apart, res.stderr
+    for s in ("kda", "layer", "common"):
+        assert (tmp_path / "out" / f"{s}.rc").read_text().startswith("rc=0 ")

@@ -8,7 +8,9 @@
 # that time things (ladder, bench, prodtime) belong alone. Joined stages share the one GPU's
 # memory: with PYTEST_WORKERS=4, kda+layer+common+cconv needs more than an 80 GB H100 holds
 # (the layer group ran out of memory beside processes holding up to 41 GiB); on an H200 it fitted
-# (earlier builds), and on an H100 the layer group runs apart (STAGES="kda+common+cconv layer").
+# (earlier builds). So on a GPU of under 100000 MiB a joined group that holds `layer` runs its
+# other members together and then `layer` alone (said on stderr): "kda+layer+common" there
+# runs as "kda+common layer".
 # Wheels in .whl/ (fla-core, flash-linear-attention, libcst, ruff) are installed into a
 # private target first when fla or libcst is missing. Logs, records and JSON land in $OUT; the last lines
 # printed are a summary table. A test stage that ran no test (every one skipped, e.g. no
@@ -269,7 +271,28 @@ one_stage() {
   esac
 }
 
+LAYER_APART_BELOW_MIB=100000  # an 80 GB H100 reports 81559 MiB, an H200 143771
+gpu_mib() {  # the smallest total memory of the GPUs nvidia-smi lists, in MiB; empty if unknown
+  command -v nvidia-smi >/dev/null 2>&1 || return 0
+  nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null \
+    | tr -dc '0-9\n' | grep -E '^[0-9]+$' | sort -n | head -n 1
+}
+split_layer() {  # group -> the group, or "others layer" when layer must run apart on this GPU
+  local group=$1 mib rest
+  [[ $group == *+* && "+$group+" == *+layer+* ]] || { echo "$group"; return; }
+  mib=$(gpu_mib)
+  [[ -n $mib ]] && ((mib < LAYER_APART_BELOW_MIB)) || { echo "$group"; return; }
+  rest=$(tr '+' '\n' <<<"$group" | grep -vx layer | paste -sd+ -)
+  echo "device.sh: on this ${mib} MiB GPU the layer group runs after $rest, not beside it" \
+    "(beside the other groups it ran out of memory on an 80 GB card)" >&2
+  echo "$rest layer"
+}
+GROUPS_RUN=()
 for group in $STAGES; do
+  read -r -a parts <<<"$(split_layer "$group")"
+  GROUPS_RUN+=("${parts[@]}")
+done
+for group in "${GROUPS_RUN[@]}"; do
   IFS=+ read -r -a members <<<"$group"
   if ((${#members[@]} == 1)); then
     one_stage "${members[0]}" || exit 2
