@@ -378,22 +378,23 @@ def test_bench_records_are_packed_after_each_entry(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "mib, apart",
-    [("81559", True), ("143771", False), ("81559\n143771", True), ("", False)],
-)
+    "smi_out, smi_rc, apart",
+    [("81559\n", 0, True), ("143771\n", 0, False), ("143771\n81559\n", 0, True),
+     ("", 0, False), ("[N/A]\n", 0, False), (" 81559 \n", 0, True),
+     ("NVML library version: 580.159\n", 9, False)],
+)  # fmt: skip
 def test_the_layer_group_runs_apart_on_a_gpu_under_100000_mib(
-    tmp_path: Path, mib: str, apart: bool
+    tmp_path: Path, smi_out: str, smi_rc: int, apart: bool
 ) -> None:
     """A joined group holding `layer` runs its other members together and then `layer` alone
     when the smallest GPU nvidia-smi lists has under 100000 MiB (an 80 GB H100: the layer
-    group ran out of memory beside the others there); on an H200, or where nvidia-smi says
-    nothing, the group runs joined. A stand-in nvidia-smi on PATH gives the memory."""
+    group ran out of memory beside the others there); on an H200, or where nvidia-smi fails or
+    prints no number, the group runs joined. A stand-in nvidia-smi on PATH gives the memory."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     smi = bin_dir / "nvidia-smi"
-    smi.write_text(
-        f"#!/usr/bin/env bash\nprintf '%s\\n' {' '.join(repr(m) for m in mib.split())}\n"
-    )
+    (tmp_path / "smi.txt").write_text(smi_out)
+    smi.write_text(f"#!/usr/bin/env bash\ncat {tmp_path / 'smi.txt'}\nexit {smi_rc}\n")
     smi.chmod(0o755)
     env = fake_run_env(
         tmp_path,

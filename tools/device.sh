@@ -273,9 +273,10 @@ one_stage() {
 
 LAYER_APART_BELOW_MIB=100000  # an 80 GB H100 reports 81559 MiB, an H200 143771
 gpu_mib() {  # the smallest total memory of the GPUs nvidia-smi lists, in MiB; empty if unknown
+  local out
   command -v nvidia-smi >/dev/null 2>&1 || return 0
-  nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null \
-    | tr -dc '0-9\n' | grep -E '^[0-9]+$' | sort -n | head -n 1
+  out=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null) || return 0
+  sed 's/[[:space:]]//g' <<<"$out" | grep -E '^[0-9]+$' | sort -n | head -n 1
 }
 split_layer() {  # group -> the group, or "others layer" when layer must run apart on this GPU
   local group=$1 mib rest
