@@ -224,12 +224,20 @@ def run_bench(
     why = rt.unavailable()
     if why:
         no_interp = getattr(fam, "NO_INTERPRETER", None)
-        here = (
-            f"since this family cannot run on the CPU interpreter ({no_interp})"
-            if no_interp
-            else f"or check correctness here with `python -m ladder check {opts.family} "
-            f"{prepared.folder} --interpret`"
-        )
+        baseline_only_on_gpu = paths.idea_number(prepared.folder) == 0 and not getattr(
+            fam, "BASELINE_ON_INTERPRETER", False
+        )  # as `ladder check` refuses it
+        if no_interp:
+            here = f"since this family cannot run on the CPU interpreter ({no_interp})"
+        elif baseline_only_on_gpu:
+            here = (
+                "since the baseline cannot run on the CPU interpreter (its kernels are autotuned)"
+            )
+        else:
+            here = (
+                f"or check correctness here with `python -m ladder check {opts.family} "
+                f"{prepared.folder} --interpret`"
+            )
         raise NoGpu(f"`ladder bench` needs a CUDA GPU ({why}); run it on the GPU machine, {here}")
     git = git_state(opts.root or paths.repo_root(), allow_dirty=opts.allow_dirty)
     idea_dir = prepared.idea_dir

@@ -51,7 +51,8 @@ class BoardRow:
     the cases of the family's PROMOTE_CASES the idea does not implement (then never
     promotable; empty when it implements them all or the family sets none);
     cases_unreadable: its kernel.py's CASES is not a literal tuple of strings, so the
-    winner cannot read it (then every promoted case counts as missing)."""
+    winner cannot read it (then every promoted case counts as missing); other_devices: the
+    device names of the idea's records on devices the board does not show, sorted."""
 
     idea: str
     records: int
@@ -86,6 +87,7 @@ class BoardRow:
     fla_peak_mem_bytes: int | None = None
     missing_cases: list[str] = field(default_factory=list)
     cases_unreadable: bool = False
+    other_devices: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -315,11 +317,9 @@ def build_board(family: str, root: Path | None = None, *, device: str | None = N
 
     rows, points = [], []
     for folder in paths.list_ideas(family, root):
-        recs = [
-            r
-            for r in records.load_idea_records(fdir / "ideas" / folder)
-            if dev.lower() in r["device"]["name"].lower()
-        ]
+        every = records.load_idea_records(fdir / "ideas" / folder)
+        recs = [r for r in every if dev.lower() in r["device"]["name"].lower()]
+        others = sorted({r["device"]["name"] for r in every} - {r["device"]["name"] for r in recs})
         row = row_for(
             folder,
             recs,
@@ -332,6 +332,7 @@ def build_board(family: str, root: Path | None = None, *, device: str | None = N
             row.cases_unreadable = declared is None
             row.missing_cases = missing_promote_cases(required, declared)
             row.promotable = row.promotable and not row.missing_cases
+        row.other_devices = others
         rows.append(row)
         best = next((r for r in recs if r["record_id"] == row.record_id), None)
         points.extend(shape_points(folder, recs, best))
@@ -506,6 +507,16 @@ def render_board(board: Board, console: Any) -> None:
             console.print(
                 Text(f"stale: {r.idea} record {r.record_id}: {r.stale_why}"), overflow="fold"
             )
+    elsewhere = [r for r in board.rows if r.record_id is None and r.other_devices]
+    if elsewhere:
+        named = "; ".join(f"{r.idea} ({', '.join(r.other_devices)})" for r in elsewhere)
+        console.print(
+            Text(
+                f"no record on {board.device or 'any device'}, records on other devices: {named}; "
+                f"`python -m ladder board {board.family} --device ''` shows every device"
+            ),
+            overflow="fold",
+        )
     for r in board.rows:
         if r.cases_unreadable:
             why = "its kernel.py's CASES is not a literal tuple of strings (read without importing)"

@@ -13,7 +13,9 @@ from ladder import paths
 if TYPE_CHECKING:
     from ladder.board import Board
 
-__all__ = ["board_figure", "plot_board", "plot_formats", "plot_path"]
+__all__ = ["FLA_LABEL", "board_figure", "idea_color", "plot_board", "plot_formats", "plot_path"]
+
+FLA_LABEL = "fla (timed beside the ideas, median)"  # the legend's name for fla's bars
 
 
 def board_figure(board: Board) -> Any:
@@ -75,7 +77,7 @@ def board_figure(board: Board) -> Any:
             pts = [(k, at[idea, n]) for k, n in enumerate(names) if (idea, n) in at]
             xs = [x_of(k, j) for k, _ in pts]
             ys = [getattr(p, f"{direction}_TBps") for _, p in pts]
-            bars = ax.bar(xs, ys, width=width, label=idea)
+            bars = ax.bar(xs, ys, width=width, label=idea, color=idea_color(j, len(ideas)))
             ax.bar_label(
                 bars,
                 [f"{100 * getattr(p, f'{direction}_fraction_of_copy'):.0f}%" for _, p in pts],
@@ -96,7 +98,7 @@ def board_figure(board: Board) -> Any:
             seg_y.append(statistics.median(p.copy_ceiling_TBps for p in here))
             seg_x0.append(fx[-1] - width / 2)
             seg_x1.append(fx[-1] + width / 2)
-        fbars = ax.bar(fx, fy, width=width, label="fla", color="0.6")
+        fbars = ax.bar(fx, fy, width=width, label=FLA_LABEL, color="0.6")
         fceil = seg_y[-len(names) :]
         ax.bar_label(
             fbars,
@@ -124,6 +126,22 @@ def board_figure(board: Board) -> Any:
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside upper center", ncol=len(labels), fontsize=8)
     return fig
+
+
+# tab20's shades without its greys (14, 15), which fla's grey bars would blur with: the
+# nine dark ones (tab10's hues), then the nine light ones
+_PALETTE = (0, 2, 4, 6, 8, 10, 12, 16, 18, 1, 3, 5, 7, 9, 11, 13, 17, 19)
+
+
+def idea_color(j: int, n: int) -> tuple[float, float, float, float]:
+    """The bar colour of the j-th of n ideas, distinct for every j < n and never grey (fla's
+    bars are grey): matplotlib's tab20 without its greys up to 18 ideas (dark shades first),
+    else evenly spaced along turbo."""
+    import matplotlib
+
+    if n <= len(_PALETTE):
+        return matplotlib.colormaps["tab20"](_PALETTE[j])
+    return matplotlib.colormaps["turbo"](j / (n - 1))
 
 
 def _dims(fields: dict[str, Any]) -> str:

@@ -53,8 +53,9 @@ def check(
     shapes: Annotated[
         str | None,
         typer.Option(
-            help="small|prod|sweep|all, or shape names joined by commas (e.g. v128,gva; on "
-            "a GPU only). Default: all on a GPU; small on the interpreter."
+            help="small|prod|sweep|all, or shape names joined by commas (e.g. v128,gva). On "
+            "the interpreter, small or small shapes by name only. Default: all on a GPU; "
+            "small on the interpreter."
         ),
     ] = None,
     knob: Annotated[
@@ -241,7 +242,7 @@ def _run_check(
                 )
             except NotImplementedError as exc:
                 # a scaffold: one line, not a table of NaNs
-                out.print(f"not written yet: {exc} (ideas/{folder}/); nothing checked")
+                out.print(f"not written yet: {exc}; nothing checked")
                 return 1
             except Exception as exc:
                 msg = (str(exc).strip().splitlines() or [""])[0]

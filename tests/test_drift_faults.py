@@ -276,6 +276,24 @@ def test_vendor_refuses_in_a_shallow_clone(tmp_path):
     assert code == 2 and "git fetch --unshallow" in family(payload)["error"]
 
 
+@pytest.mark.parametrize("what", ["missing", "file", "not-git"])
+def test_a_repo_path_that_is_no_repository_is_named_as_such(tmp_path, what):
+    path = tmp_path / "no such folder"
+    want = {"missing": "does not exist", "file": "is a file, not a folder",
+            "not-git": "is not in a git repository"}[what]  # fmt: skip
+    if what == "file":
+        path.write_text("x\n")
+    elif what == "not-git":
+        path.mkdir()
+    res = invoke(vendor.app, ["toy", "--dry-run", "--repo", str(path)])
+    assert res.code == 2
+    line = res.stderr.strip()
+    assert "\n" not in line and want in line and str(path) in line, line
+    assert "unshallow" not in line
+    dres = invoke(drift.app, ["--repo", str(path)])
+    assert dres.code == 2 and want in dres.stderr and "unshallow" not in dres.stderr
+
+
 def test_vendoring_an_uncommitted_idea_says_commit_first(tmp_path):
     lad = vendored(tmp_path)
     lad.add_idea("002-second", {"kernel.py": PLAIN})  # not committed

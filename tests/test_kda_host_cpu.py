@@ -54,3 +54,14 @@ def test_counts_each_chains_launches_and_autotuned_launches(tmp_path: Path) -> N
 def test_refuses_bad_arguments(args: tuple[str, ...], fragment: str) -> None:
     proc = _run(*args)
     assert proc.returncode == 2 and fragment in proc.stderr, proc.stderr[-2000:]
+
+
+def test_an_existing_report_is_kept_not_replaced(tmp_path: Path) -> None:
+    out = tmp_path / "host.json"
+    out.write_text('{"precious": true}\n')
+    proc = _run("024", "--calls", "1", "--rounds", "1", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (kept,) = tmp_path.glob("host.prev-*.json")
+    assert json.loads(kept.read_text()) == {"precious": True}
+    assert "024" in json.loads(out.read_text())["ideas"]
+    assert f"the earlier file is kept as {kept}" in proc.stderr

@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ladder import board as board_mod
+from ladder import boardplot
 from ladder.cli import app
 from tests.fixtures.ladder.helpers import copy_toy, idea_path
 from tests.fixtures.ladder.recgen import fake_sha, make_record, shape_entry
@@ -161,7 +162,10 @@ def test_figure_bars_and_ceilings_come_from_the_records(root: Path) -> None:
             # the name, then the dims wrapped over lines of at most 12 characters
             assert ticks[2].split("\n")[1:] == ["B16 T8192", "D2048 W3"]
             bars = {c.get_label(): list(c) for c in ax.containers}
-            assert list(bars) == ["000-base", "001-fast", "fla"]
+            assert list(bars) == ["000-base", "001-fast", boardplot.FLA_LABEL]
+            faces = {k: {tuple(r.get_facecolor()) for r in v} for k, v in bars.items()}
+            assert all(len(f) == 1 for f in faces.values())  # one colour per series
+            assert len(set().union(*faces.values())) == 3  # and no two series alike
             (ceil_lines,) = ax.collections
             segs = {
                 round(float(s[:, 0].mean()), 6): float(s[0, 1]) for s in ceil_lines.get_segments()
@@ -177,9 +181,56 @@ def test_figure_bars_and_ceilings_come_from_the_records(root: Path) -> None:
                     centre = round(bar.get_x() + bar.get_width() / 2, 6)
                     assert segs[centre] == rec["copy_ceiling_TBps"]
                     fla_want[name].append(_tbps(entry, "baseline_ms"))
-            fla = {names[round(r.get_x() + r.get_width() / 2)]: r for r in bars["fla"]}
+            fla = {
+                names[round(r.get_x() + r.get_width() / 2)]: r for r in bars[boardplot.FLA_LABEL]
+            }
             for name in names:
                 assert fla[name].get_height() == pytest.approx(statistics.median(fla_want[name]))
             assert max(segs.values()) == 5.0  # the decoys' 6.0 ceiling is nowhere
     finally:
         plt.close(fig)
+
+
+def test_an_idea_with_records_on_other_devices_only_is_named_under_the_board(
+    tmp_path: Path,
+) -> None:
+    root = copy_toy(tmp_path)
+    sha = fake_sha("no-bwd")
+    for dev, when in (("NVIDIA H100 80GB HBM3", "2026-01-08T10:00:00Z"),
+                      ("NVIDIA B300", "2026-01-09T10:00:00Z")):  # fmt: skip
+        _write(root, "002-no-bwd", make_record(idea="002-no-bwd", code_sha=sha, created=when,
+                                               device=dev))  # fmt: skip
+    b = board_mod.build_board("toy", root)
+    rows = {r.idea: r for r in b.rows}
+    assert rows["002-no-bwd"].record_id is None
+    assert rows["002-no-bwd"].other_devices == ["NVIDIA B300", "NVIDIA H100 80GB HBM3"]
+    assert rows["001-fast"].record_id is not None and rows["001-fast"].other_devices == [
+        "NVIDIA B300"
+    ]
+    out = CliRunner().invoke(app, ["--root", str(root), "board", "toy"], terminal_width=400)
+    assert out.exit_code == 0, out.output
+    notes = [ln for ln in out.stdout.splitlines() if "records on other devices" in ln]
+    assert notes == [
+        "no record on H200, records on other devices: 002-no-bwd (NVIDIA B300, NVIDIA H100 "
+        "80GB HBM3); `python -m ladder board toy --device ''` shows every device"
+    ]
+    every = CliRunner().invoke(app, ["--root", str(root), "board", "toy", "--device", ""])
+    assert "records on other devices" not in every.stdout
+    data = json.loads(
+        CliRunner().invoke(app, ["--root", str(root), "board", "toy", "--json"]).stdout
+    )
+    assert {r["idea"]: r["other_devices"] for r in data["rows"]}["002-no-bwd"] == [
+        "NVIDIA B300",
+        "NVIDIA H100 80GB HBM3",
+    ]
+
+
+@pytest.mark.parametrize("n", [1, 3, 9, 10, 13, 18, 19, 40])
+def test_idea_colors_are_distinct_and_never_fla_grey(n: int) -> None:
+    import matplotlib.colors as mcolors
+
+    colors = [boardplot.idea_color(j, n) for j in range(n)]
+    assert len(set(colors)) == n
+    for r, g, b, _ in colors:  # none grey like fla's bars: some channel stands apart
+        assert max(r, g, b) - min(r, g, b) > 0.1, (r, g, b)
+    assert mcolors.to_rgba("0.6") not in colors

@@ -149,6 +149,22 @@ def test_bench_without_gpu(no_gpu) -> None:
     )
 
 
+def test_bench_of_a_baseline_the_interpreter_cannot_run_suggests_no_interpreter_check(
+    no_gpu,
+) -> None:
+    err = assert_usage_error(
+        run("bench", "cconv", "0", root=None),  # the repository's own cconv family
+        "needs a CUDA GPU",
+        "the baseline cannot run on the CPU interpreter",
+    )
+    assert "--interpret" not in err
+    # and the check it would have suggested is indeed refused
+    assert (
+        "cannot run on Triton's CPU interpreter"
+        in run("check", "cconv", "0", "--interpret", root=None).output
+    )
+
+
 def test_bench_error_is_the_only_line_on_stderr(no_gpu) -> None:
     assert_only_line(run("bench", "toy", "0"), "needs a CUDA GPU")
     assert_only_line(run("bench", "toy", "9"), "no idea '9'")

@@ -259,10 +259,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--idea", action="append", default=[],
                     help="also the warmup of this cconv idea's dense entry points (repeatable)")  # fmt: skip
     args = ap.parse_args(argv)
-    from tools.outpath import out_problem
+    from tools.outpath import out_problem, write_report
 
-    for path, example in ((args.out, "cconv-host.json"), (args.profile, "cconv-host.txt")):
-        problem = None if path is None else out_problem(path, example)
+    for path, example, option in (
+        (args.out, "cconv-host.json", "--out"),
+        (args.profile, "cconv-host.txt", "--profile"),
+    ):
+        problem = None if path is None else out_problem(path, example, option)
         if problem is not None:
             print(f"cconv_host: {problem}", file=sys.stderr)
             return 2
@@ -288,12 +291,12 @@ def main(argv: list[str] | None = None) -> int:
     def save(warm: dict | None = None) -> None:
         if warm is not None:
             report["warmup_s"] = warm
-        args.out.write_text(json.dumps(report, indent=1) + "\n")
+        write_report(args.out, json.dumps(report, indent=1) + "\n")
 
     save()  # the host part, before the warmup's processes
     _warmup(args.idea, save)
     if args.profile is not None and small is not None:
-        args.profile.write_text(_profile(small))
+        write_report(args.profile, _profile(small))
     return 0
 
 

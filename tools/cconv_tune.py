@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--space", choices=("own", "wide"), default="own",
                     help="each kernel's own configurations, or WIDE's register caps")  # fmt: skip
     args = ap.parse_args(argv)
-    from tools.outpath import out_problem
+    from tools.outpath import out_problem, write_report
 
     problem = out_problem(args.out, "cconv-tune.json")
     if problem is not None:
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         ),  # fmt: skip
         "small": [] if args.skip_small else _small(),
     }
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    write_report(args.out, json.dumps(report, indent=1) + "\n")
     return 0
 
 

@@ -86,6 +86,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import typer  # noqa: E402
 from outpath import out_problem  # noqa: E402
+from outpath import write_report as _write  # noqa: E402
 
 EXIT_FAIL = 1
 EXIT_USAGE = 2
@@ -277,8 +278,7 @@ def summary_line(report: Mapping[str, Any]) -> str:
 
 def write_report(report: Mapping[str, Any], path: Path) -> Path:
     """Write the report as indented JSON (parent folders created). Returns the path."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2) + "\n")
+    _write(path, json.dumps(report, indent=2) + "\n")
     return path
 
 

@@ -32,7 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import typer  # noqa: E402
-from outpath import out_problem  # noqa: E402
+from outpath import out_problem, write_report  # noqa: E402
 
 FLA_MODULES = (
     "fla.ops.kda.chunk_bwd",
@@ -229,8 +229,7 @@ def main(
                 f"{n}: fla {r['fla_ms']:.3f} ms {r['fla_config']} -> {r['best_ms']:.3f} ms "
                 f"{r['best_config']} (gain {r['gain_ms']:.3f} ms, {r['configs']} configs)"
             )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1) + "\n")
+    write_report(out, json.dumps(report, indent=1) + "\n")
     typer.echo(f"wrote {out} (first call {secs:.0f} s, autotuning included)")
 
 

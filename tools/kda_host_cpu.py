@@ -173,7 +173,10 @@ def main(argv: list[str] | None = None) -> int:
             f"(launches per forward+backward: {r['launches']}, {r['autotuned']} through fla's autotuners)"
         )
     if a.out:
-        a.out.write_text(json.dumps(report, indent=1) + "\n")
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from outpath import write_report
+
+        write_report(a.out, json.dumps(report, indent=1) + "\n")
     tmp.cleanup()
     return 0
 

@@ -92,7 +92,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import typer  # noqa: E402
 from kda_wy_sass import knob_problem  # noqa: E402
-from outpath import out_problem  # noqa: E402
+from outpath import out_problem, write_report  # noqa: E402
 
 from ladder.check import rel_err  # noqa: E402
 
@@ -759,7 +759,7 @@ def main(
                       fla=importlib.import_module("fla").__version__),
         shape=dict(B=B, T=T, H=H, HV=HV, K=K, V=V), fla_ms=fla_ms, rows=rows, **extra,
     )  # fmt: skip
-    out.write_text(json.dumps(report, indent=1) + "\n")
+    write_report(out, json.dumps(report, indent=1) + "\n")
     typer.echo(f"wrote {out}")
     if bad:
         raise typer.Exit(1)

@@ -56,6 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import typer  # noqa: E402
 from outpath import out_problem  # noqa: E402
+from outpath import write_report as _write  # noqa: E402
 from rich.console import Console
 from rich.table import Table
 
@@ -266,8 +267,7 @@ def render(report: dict[str, Any], console: Console) -> None:
 
 def write_report(report: dict[str, Any], path: Path) -> Path:
     """Write the report as indented JSON (parents created). Returns the path."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2, sort_keys=False) + "\n")
+    _write(path, json.dumps(report, indent=2, sort_keys=False) + "\n")
     return path
 
 

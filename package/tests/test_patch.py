@@ -223,6 +223,24 @@ def test_unknown_family_is_refused_with_the_known_ones(_clean_state, call):
     assert _holders(ORIGINAL) == _clean_state
 
 
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: patch_fla([]),
+        lambda: patch_fla(()),
+        lambda: patch_fla(iter([])),
+        lambda: unpatch_fla([]),
+        lambda: patched_fla(set()).__enter__(),
+    ],
+    ids=["patch-list", "patch-tuple", "patch-iterator", "unpatch", "context"],
+)
+def test_an_empty_family_list_is_refused_not_taken_as_nothing_to_do(_clean_state, call):
+    with pytest.raises(ValueError, match=r"no family given .*or None for every family"):
+        call()
+    assert not is_patched("cconv") and not is_patched("kda")
+    assert _holders(ORIGINAL) == _clean_state
+
+
 def _other_function(*args, **kwargs):
     raise AssertionError("never called")
 

@@ -29,7 +29,19 @@ def git(repo: Path, *args: str, input: bytes | None = None, check: bool = True) 
 
 
 def resolve_commit(repo: Path, rev: str) -> str:
-    """The full sha of ``rev`` (a commit). Raises VendorError when it is not a local commit."""
+    """The full sha of ``rev`` (a commit). Raises VendorError when ``repo`` is not a folder
+    holding a git repository, or ``rev`` is not a local commit of it."""
+    if not repo.exists():
+        raise VendorError(f"--repo {repo} does not exist; give the repository's root folder")
+    if not repo.is_dir():
+        raise VendorError(f"--repo {repo} is a file, not a folder; give the repository's root")
+    inside = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "--is-inside-work-tree"],
+        capture_output=True,
+        check=False,
+    )
+    if inside.returncode != 0:
+        raise VendorError(f"{repo} is not in a git repository; give the repository's root folder")
     proc = subprocess.run(
         ["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
         capture_output=True,

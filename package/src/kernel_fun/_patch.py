@@ -166,6 +166,11 @@ def _families(families: str | Iterable[str] | None) -> tuple[str, ...]:
         )
     else:
         names = tuple(families)
+    if not names:
+        raise ValueError(
+            f"no family given (an empty {type(families).__name__}); pass a family name, several, "
+            f"or None for every family ({', '.join(KNOWN_FAMILIES)})"
+        )
     for name in names:
         if name not in KNOWN_FAMILIES:
             raise ValueError(
@@ -503,7 +508,8 @@ def patch_fla(families: str | Iterable[str] | None = None) -> dict[str, tuple[st
     replacement}. A family already patched is left as it is, except that fla modules imported
     since, which bound fla's original, are patched too.
 
-    Raises ValueError for an unknown family name (listing the known ones) and PatchError
+    Raises ValueError for an unknown family name (listing the known ones) or an empty
+    iterable (None, not an empty list, means every family), and PatchError
     when the installed fla lacks what a family replaces, or kernel_fun's replacement does
     not import; then nothing is patched (all families of the call are rolled back).
     A family patched here stays patched until `unpatch_fla`, whatever `patched_fla` blocks
@@ -563,7 +569,7 @@ def unpatch_fla(families: str | Iterable[str] | None = None) -> dict[str, tuple[
     every attribute of an fla module imported while patched that bound the replacement.
     An attribute someone else reassigned in the meantime is left alone, with a warning.
     A family that is not patched is a no-op. Returns {family: names restored}.
-    Raises ValueError for an unknown family name.
+    Raises ValueError for an unknown family name or an empty iterable (as `patch_fla`).
     """
     names = _families(families)
     with _LOCK:
