@@ -61,5 +61,5 @@ OUTPUT_FILES = {
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "71b22793fe2e0981852f5ba9399faba0ca49cc3b3ddc88251aafa8fc03d582c0",
+    "tool_sha256": "56378eb68347847bb65fa623e9753e0025ede0c33a25d35d0bb7bd3288528f43",
 }
