@@ -484,6 +484,7 @@ def main(
     console = Console(soft_wrap=True, highlight=False)
     repo = repo.resolve()
     try:
+        vl.check_repo(repo)
         head = vl.resolve_commit(repo, "HEAD")
         names = list(family) if family else families_in(repo, head)
     except vl.VendorError as exc:

@@ -277,7 +277,8 @@ def summary_line(report: Mapping[str, Any]) -> str:
 
 
 def write_report(report: Mapping[str, Any], path: Path) -> Path:
-    """Write the report as indented JSON (parent folders created). Returns the path."""
+    """Write the report as indented JSON through ``outpath.write_report`` (parent folders
+    created, an earlier file at ``path`` kept beside it). Returns the path."""
     _write(path, json.dumps(report, indent=2) + "\n")
     return path
 

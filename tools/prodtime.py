@@ -266,7 +266,8 @@ def render(report: dict[str, Any], console: Console) -> None:
 
 
 def write_report(report: dict[str, Any], path: Path) -> Path:
-    """Write the report as indented JSON (parents created). Returns the path."""
+    """Write the report as indented JSON through ``outpath.write_report`` (parent folders
+    created, an earlier file at ``path`` kept beside it). Returns the path."""
     _write(path, json.dumps(report, indent=2, sort_keys=False) + "\n")
     return path
 

@@ -375,6 +375,7 @@ def main(
     err = Console(stderr=True, soft_wrap=True, highlight=False)
     try:
         repo = repo.resolve()
+        vl.check_repo(repo)
         sha = vl.resolve_commit(repo, commit)
         if commit == "HEAD" and vl.is_shallow(repo):
             raise vl.VendorError(

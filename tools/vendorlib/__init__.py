@@ -48,7 +48,16 @@ from .build import (  # noqa: E402
 )
 from .common import IDEA_RE, TOOL_ROOT, VendorError  # noqa: E402
 from .fmt import format_python  # noqa: E402
-from .gitread import dirty_paths, git, is_shallow, list_tree, read_blob, resolve_commit, sha256  # noqa: E402
+from .gitread import (  # noqa: E402
+    check_repo,
+    dirty_paths,
+    git,
+    is_shallow,
+    list_tree,
+    read_blob,
+    resolve_commit,
+    sha256,
+)
 from .provenance import (  # noqa: E402
     PROVENANCE_KEYS,
     ProvenanceError,
@@ -108,6 +117,7 @@ __all__ = [
     "record_relpath",
     "remove_stale_staging",
     "render_provenance",
+    "check_repo",
     "resolve_commit",
     "resolve_idea_ref",
     "ruff_version",

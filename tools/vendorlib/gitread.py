@@ -28,9 +28,9 @@ def git(repo: Path, *args: str, input: bytes | None = None, check: bool = True) 
     return proc.stdout
 
 
-def resolve_commit(repo: Path, rev: str) -> str:
-    """The full sha of ``rev`` (a commit). Raises VendorError when ``repo`` is not a folder
-    holding a git repository, or ``rev`` is not a local commit of it."""
+def check_repo(repo: Path) -> None:
+    """Raise VendorError, naming the --repo option that gave it, when ``repo`` does not exist,
+    is a file, or is not in a git repository. Called once by each tool's entry point."""
     if not repo.exists():
         raise VendorError(f"--repo {repo} does not exist; give the repository's root folder")
     if not repo.is_dir():
@@ -42,6 +42,10 @@ def resolve_commit(repo: Path, rev: str) -> str:
     )
     if inside.returncode != 0:
         raise VendorError(f"{repo} is not in a git repository; give the repository's root folder")
+
+
+def resolve_commit(repo: Path, rev: str) -> str:
+    """The full sha of ``rev`` (a commit). Raises VendorError when it is not a local commit."""
     proc = subprocess.run(
         ["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
         capture_output=True,
