@@ -61,5 +61,5 @@ OUTPUT_FILES = {
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "56378eb68347847bb65fa623e9753e0025ede0c33a25d35d0bb7bd3288528f43",
+    "tool_sha256": "735f29b6266a8db60dd6cebda8f79b6cd7762dc357282dd6e9bbd4cca4469621",
 }
