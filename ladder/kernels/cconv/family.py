@@ -95,6 +95,8 @@ KNOB_RULES = {
     "CCONV_SMALL_FWD_WARPS": ("a power of two from 1 to 16", lambda v: v in (1, 2, 4, 8, 16)),
     "CCONV_SMALL_BWD_WARPS": ("a power of two from 1 to 16", lambda v: v in (1, 2, 4, 8, 16)),
     "CCONV_SMALL_FWD_PROGRAMS": ("0 or more", lambda v: v >= 0),
+    "CCONV_FWD_STAGES": ("1 to 8", lambda v: 1 <= v <= 8),
+    "CCONV_BWD_STAGES": ("1 to 8", lambda v: 1 <= v <= 8),
 }
 
 # The one declared place mapping idea modules (file stem in the idea folder) to module names
@@ -124,6 +126,8 @@ VENDOR = {
         "013-small-split": {"kernel": "strip13"},
         # imports 011's and 013's (and through them 002's, 004's, 005's, 010's, 012's)
         "014-typed-front": {"kernel": "strip14"},
+        # imports 004's and 010's to 014's (and through them 002's, 005's to 009's)
+        "015-pipelined-loops": {"kernel": "strip15", "loops": "loops15"},
     },
 }
 
