@@ -97,6 +97,7 @@ KNOB_RULES = {
     "CCONV_SMALL_FWD_PROGRAMS": ("0 or more", lambda v: v >= 0),
     "CCONV_FWD_STAGES": ("1 to 8", lambda v: 1 <= v <= 8),
     "CCONV_BWD_STAGES": ("1 to 8", lambda v: 1 <= v <= 8),
+    "CCONV_CASE_BWD_STAGES": ("1 to 8", lambda v: 1 <= v <= 8),
 }
 
 # The one declared place mapping idea modules (file stem in the idea folder) to module names
@@ -128,6 +129,8 @@ VENDOR = {
         "014-typed-front": {"kernel": "strip14"},
         # imports 004's and 010's to 014's (and through them 002's, 005's to 009's)
         "015-pipelined-loops": {"kernel": "strip15", "loops": "loops15"},
+        # imports 007's and 011's to 015's (and through them 002's, 004's to 010's)
+        "016-pipelined-case-bwd": {"kernel": "strip16", "loops": "loops16"},
     },
 }
 
