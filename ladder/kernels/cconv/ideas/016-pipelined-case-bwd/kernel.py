@@ -59,6 +59,7 @@ cconv_fwd = k15.cconv_fwd  # the dense entry points and every forward: 015's
 cconv_bwd = k15.cconv_bwd
 conv_fwd = k15.conv_fwd
 cconv_update = k15.cconv_update
+cconv_fwd_case = k15.cconv_fwd_case  # the family's case forward: 015's (its conv_fwd is too)
 
 _CASE_BWD_L = launch.CachedLaunch(loops.case_bwd_kernel)
 # a call signature -> (the case loop's plan, the initial-state gradient's plan or None)
@@ -211,14 +212,6 @@ def _case_bwd(x, w, dy, bias, residual, initial_state, dht, activation, cu_seqle
         _CASE_BWD[planned] = (loop[planned], grad.get(planned))
     db = dbp.sum(0).to(bias.dtype) if bias is not None else None
     return dx, dwp.sum(0).to(w.dtype), db, (dy if residual is not None else None), dh0
-
-
-def cconv_fwd_case(x: torch.Tensor, w: torch.Tensor, opts: dict):
-    """The family's case entry point: conv_fwd with the case's options -> (y, final_state)."""
-    return conv_fwd(
-        x, w, opts["bias"], opts["residual"], opts["initial_state"],
-        bool(opts["output_final_state"]), opts["activation"], opts["cu_seqlens"],
-    )  # fmt: skip
 
 
 def cconv_bwd_case(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, opts: dict):
