@@ -35,12 +35,13 @@ class _Compiled:
         self._log.append(("plan", (gx, gy, gz), stream, args))
 
 
-def install(monkeypatch) -> list:
-    """Stand the recorder in (undone by monkeypatch); returns the launch log."""
+def install(monkeypatch, extra: tuple = ()) -> list:
+    """Stand the recorder in (undone by monkeypatch); returns the launch log. ``extra``: more
+    launch caches (a later idea's ``launch.CachedLaunch`` objects) logged the same way."""
     log: list = []
     compiled = _Compiled(log)
     for cache in (k11._DENSE_FWD_L, k11._DENSE_BWD_L, k11._CASE_FWD_L, k11._CASE_BWD_L,
-                  k11._CASE_BWD32_L, k11._DH0_L, k11._HT_L):  # fmt: skip
+                  k11._CASE_BWD32_L, k11._DH0_L, k11._HT_L, *extra):  # fmt: skip
         jit = _jit(cache.kernel)
 
         def run(*args, grid, warmup, _jit=jit, **kwargs):

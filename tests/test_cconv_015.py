@@ -20,7 +20,7 @@ from ladder.kernels.cconv.ideas.i014 import kernel as k14
 from ladder.kernels.cconv.ideas.i015 import kernel as k15
 
 import ladder  # noqa: F401  (the idea import finder)
-from tests.cconv_recorder import _Compiled, _expect, _jit, _same_args, install
+from tests.cconv_recorder import _expect, _same_args, install
 from tests.interpreted import run_interpreted
 
 LOOPS = r"""
@@ -88,16 +88,7 @@ TABLES = (k15._FWD, k15._BWD, k13._FWD, k13._BWD, k13._CASE_FWD, k13._CASE_BWD)
 def rec(monkeypatch):
     """The launch log of tests/cconv_recorder.py, 015's two loops logged like 011's kernels,
     every plan table empty before and after."""
-    log = install(monkeypatch)
-    compiled = _Compiled(log)
-    for cache in (k15._DENSE_FWD_L, k15._DENSE_BWD_L):
-
-        def run(*args, grid, warmup, **kwargs):
-            g = grid(kwargs) if callable(grid) else grid
-            log.append(("triton", tuple(g) + (1,) * (3 - len(g)), args, dict(kwargs)))
-            return compiled
-
-        monkeypatch.setattr(_jit(cache.kernel), "run", run)
+    log = install(monkeypatch, (k15._DENSE_FWD_L, k15._DENSE_BWD_L))
     for table in TABLES:
         table.clear()
     yield log

@@ -20,7 +20,7 @@ from ladder.kernels.cconv.ideas.i015 import kernel as k15
 from ladder.kernels.cconv.ideas.i016 import kernel as k16
 
 import ladder  # noqa: F401  (the idea import finder)
-from tests.cconv_recorder import _Compiled, _expect, _jit, _same_args, install
+from tests.cconv_recorder import _expect, _same_args, install
 from tests.interpreted import run_interpreted
 
 LOOP = r"""
@@ -82,16 +82,7 @@ def test_pipelined_case_loop_equals_007s_bit_for_bit_on_the_interpreter() -> Non
 @pytest.fixture
 def rec(monkeypatch):
     """The launch log, 015's and 016's loops logged like 011's kernels, plans empty."""
-    log = install(monkeypatch)
-    compiled = _Compiled(log)
-    for cache in (k15._DENSE_FWD_L, k15._DENSE_BWD_L, k16._CASE_BWD_L):
-
-        def run(*args, grid, warmup, **kwargs):
-            g = grid(kwargs) if callable(grid) else grid
-            log.append(("triton", tuple(g) + (1,) * (3 - len(g)), args, dict(kwargs)))
-            return compiled
-
-        monkeypatch.setattr(_jit(cache.kernel), "run", run)
+    log = install(monkeypatch, (k15._DENSE_FWD_L, k15._DENSE_BWD_L, k16._CASE_BWD_L))
     tables = (k16._CASE_BWD, k15._FWD, k15._BWD, k13._CASE_BWD, k13._CASE_BWD_H0, k13._DH0)
     for table in tables:
         table.clear()
