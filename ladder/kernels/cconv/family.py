@@ -98,6 +98,7 @@ KNOB_RULES = {
     "CCONV_FWD_STAGES": ("1 to 8", lambda v: 1 <= v <= 8),
     "CCONV_BWD_STAGES": ("1 to 8", lambda v: 1 <= v <= 8),
     "CCONV_CASE_BWD_STAGES": ("1 to 8", lambda v: 1 <= v <= 8),
+    "CCONV_STATE_BWD_STAGES": ("1 to 8", lambda v: 1 <= v <= 8),
 }
 
 # The one declared place mapping idea modules (file stem in the idea folder) to module names
@@ -131,6 +132,8 @@ VENDOR = {
         "015-pipelined-loops": {"kernel": "strip15", "loops": "loops15"},
         # imports 007's and 011's to 015's (and through them 002's, 004's to 010's)
         "016-pipelined-case-bwd": {"kernel": "strip16", "loops": "loops16"},
+        # imports 002's, 004's and 010's to 016's (and through them 005's to 009's)
+        "017-case-stages": {"kernel": "strip17"},
     },
 }
 
