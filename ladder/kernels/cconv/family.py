@@ -99,6 +99,8 @@ KNOB_RULES = {
     "CCONV_BWD_STAGES": ("1 to 8", lambda v: 1 <= v <= 8),
     "CCONV_CASE_BWD_STAGES": ("1 to 8", lambda v: 1 <= v <= 8),
     "CCONV_STATE_BWD_STAGES": ("1 to 8", lambda v: 1 <= v <= 8),
+    "CCONV_PACKED_BWD_STAGES": ("1 to 8", lambda v: 1 <= v <= 8),
+    "CCONV_SEQ_LOOKAHEAD": ("a power of two from 2 to 64", lambda v: v in (2, 4, 8, 16, 32, 64)),
 }
 
 # The one declared place mapping idea modules (file stem in the idea folder) to module names
@@ -134,6 +136,9 @@ VENDOR = {
         "016-pipelined-case-bwd": {"kernel": "strip16", "loops": "loops16"},
         # imports 002's, 004's and 010's to 016's (and through them 005's to 009's)
         "017-case-stages": {"kernel": "strip17"},
+        # imports 002's, 004's, 007's and 010's to 017's (and through them 005's, 006's, 008's,
+        # 009's)
+        "018-packed-pipeline": {"kernel": "strip18", "loops": "loops18"},
     },
 }
 
