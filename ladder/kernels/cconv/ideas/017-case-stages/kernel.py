@@ -23,6 +23,8 @@ Env knobs: 016's, and
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 from ladder.kernels.cconv.ideas.i002 import kernel as box
@@ -47,6 +49,8 @@ WMAX = k16.WMAX
 __all__ = [
     "CASES",
     "WMAX",
+    "CaseLoop",
+    "case_bwd_on",
     "cconv_bwd",
     "cconv_bwd_case",
     "cconv_fwd",
@@ -55,6 +59,7 @@ __all__ = [
     "conv_bwd",
     "conv_fwd",
     "launches",
+    "not_case_loop",
     "plans",
     "stages",
 ]
@@ -110,8 +115,7 @@ def conv_bwd(
 ):
     """(dx, dw, db, dresidual, dh0) of conv_fwd for the output gradients dy (and dht): a case
     with fp16 or bf16 x on 016's case loop at this module's stage count (``stages``), every
-    other call 015's. Results
-    and errors as 015's (and 013's).
+    other call 015's. Results and errors as 015's (and 013's).
 
     dy like x (any strides); dht [N, D, W] or None. dx [B, T, D] contiguous in x's dtype;
     dw [D, W] in w's dtype and db [D] in bias's dtype, reduced in a fixed order from fp32
@@ -120,19 +124,41 @@ def conv_bwd(
     checks).
     """
     args = (x, w, dy, bias, residual, initial_state, dht, activation, cu_seqlens)
-    if (
+    if not_case_loop(*args):
+        return k15.conv_bwd(*args)
+    return case_bwd_on(_LOOP, *args)
+
+
+def not_case_loop(x, w, dy, bias, residual, initial_state, dht, activation, cu_seqlens) -> bool:
+    """True for the backward calls that are 015's (016's routing): an argument of another
+    type (014's check), fp32 x, and the dense case without dht."""
+    return (
         k14._odd((x, w, dy, bias, residual, initial_state, dht), cu_seqlens, activation)
         or not isinstance(x, torch.Tensor)
         or x.dtype == torch.float32
         or (dht is None and k4._dense_case(x, activation, bias, initial_state, cu_seqlens))
-    ):
-        return k15.conv_bwd(*args)
-    return _case_bwd(*args)
+    )
 
 
-def _case_bwd(x, w, dy, bias, residual, initial_state, dht, activation, cu_seqlens):
-    """016's ``_case_bwd`` (013's case backward on ``loops.case_bwd_kernel``, planned per
-    call signature) with NSTG from ``stages``."""
+@dataclass(frozen=True)
+class CaseLoop:
+    """What a case backward launch comes from: the launch cache of a kernel with 016's case
+    loop's arguments, its plan table and hit / miss counts, the NSTG rule
+    ``stages(n, state, packed)`` and the kernel's further constexprs."""
+
+    launch: launch.CachedLaunch
+    table: dict
+    stats: dict
+    stages: Callable[[int, bool, bool], int]
+    extra: dict = field(default_factory=dict)
+
+
+def case_bwd_on(loop: CaseLoop, x, w, dy, bias, residual, initial_state, dht, activation,
+                cu_seqlens):  # fmt: skip
+    """016's ``_case_bwd`` (013's case backward, the same checks in the same order, planned
+    per call signature) on ``loop``: its kernel, plan table and counts, NSTG from its
+    ``stages`` and its ``extra`` constexprs."""
+    _CASE_BWD_L, _CASE_BWD, _STATS = loop.launch, loop.table, loop.stats
     key = k13._signature(
         lambda: (
             _sig(x), _sig(w), _sig(dy), _sig(bias), _sig(residual), _sig(initial_state),
@@ -204,7 +230,8 @@ def _case_bwd(x, w, dy, bias, residual, initial_state, dht, activation, cu_seqle
         W=W, ACT=act, HAS_BIAS=bias is not None, HAS_H0=has_h0, HAS_DHT=dht_c is not None,
         VARLEN=cu_seqlens is not None, EVEN_T=T % TS == 0,
         FAST=k4.FAST_SIGMOID and x.dtype == torch.bfloat16,
-        NSTG=stages(B * T * D, has_h0 or dht_c is not None, cu_seqlens is not None),
+        NSTG=loop.stages(B * T * D, has_h0 or dht_c is not None, cu_seqlens is not None),
+        **loop.extra,
     )  # fmt: skip
     grid = lambda m: (k11._cdiv(D, BD), NS, B)  # noqa: E731
     # both launches are planned together: the plan table holds the pair or nothing
@@ -226,6 +253,9 @@ def _case_bwd(x, w, dy, bias, residual, initial_state, dht, activation, cu_seqle
         _CASE_BWD[planned] = (loop[planned], grad.get(planned))
     db = dbp.sum(0).to(bias.dtype) if bias is not None else None
     return dx, dwp.sum(0).to(w.dtype), db, (dy if residual is not None else None), dh0
+
+
+_LOOP = CaseLoop(_CASE_BWD_L, _CASE_BWD, _STATS, stages)
 
 
 def cconv_bwd_case(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, opts: dict):

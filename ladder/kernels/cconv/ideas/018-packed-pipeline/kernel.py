@@ -27,21 +27,12 @@ from __future__ import annotations
 import os
 
 import torch
-from ladder.kernels.cconv.ideas.i002 import kernel as box
 from ladder.kernels.cconv.ideas.i002.kernel import SMALL_WORK
-from ladder.kernels.cconv.ideas.i004 import kernel as k4
 from ladder.kernels.cconv.ideas.i010 import launch
-from ladder.kernels.cconv.ideas.i011 import kernel as k11
-from ladder.kernels.cconv.ideas.i012 import kernel as k12
-from ladder.kernels.cconv.ideas.i012.kernel import Plan, _sig
-from ladder.kernels.cconv.ideas.i013 import kernel as k13
-from ladder.kernels.cconv.ideas.i014 import kernel as k14
 from ladder.kernels.cconv.ideas.i015 import kernel as k15
 from ladder.kernels.cconv.ideas.i017 import kernel as k17
 from ladder.kernels.cconv.ideas.i018 import loops
 
-CASE_BWD_STAGES = int(os.environ.get("CCONV_CASE_BWD_STAGES", "3"))
-STATE_BWD_STAGES = int(os.environ.get("CCONV_STATE_BWD_STAGES", "2"))
 PACKED_BWD_STAGES = int(os.environ.get("CCONV_PACKED_BWD_STAGES", "3"))
 SEQ_LOOKAHEAD = int(os.environ.get("CCONV_SEQ_LOOKAHEAD", "16"))
 
@@ -71,14 +62,13 @@ cconv_fwd_case = k17.cconv_fwd_case
 
 _CASE_BWD_L = launch.CachedLaunch(loops.case_bwd_kernel)
 # a call signature -> (the case loop's plan, the initial-state gradient's plan or None)
-_CASE_BWD: dict[tuple, tuple[Plan, Plan | None]] = {}
+_CASE_BWD: dict = {}
 _STATS = {"hits": 0, "misses": 0}
 
 
 def plans() -> dict[str, int]:
-    """015's ``plans()`` with this module's case backward (016's and 017's tables unused): {"hits", "misses", "dense_fwd",
-    "dense_bwd", "case_fwd", "case_bwd", "case_bwd_h0"} (the last two: 013's fp32 calls and
-    this module's, counted together)."""
+    """015's ``plans()`` with this module's case backward (016's and 017's tables unused):
+    {"hits", "misses", "dense_fwd", "dense_bwd", "case_fwd", "case_bwd", "case_bwd_h0"}."""
     p = k15.plans()
     h0 = sum(1 for _, q in _CASE_BWD.values() if q is not None)
     return {**p, "hits": p["hits"] + _STATS["hits"], "misses": p["misses"] + _STATS["misses"],
@@ -94,13 +84,14 @@ def launches() -> dict[str, tuple[int, int]]:
 
 def stages(n: int, state: bool, packed: bool) -> int:
     """NSTG of a case backward launch on n = B*T*D elements: 1 below CCONV_SMALL_WORK,
-    CCONV_PACKED_BWD_STAGES for packed calls, CCONV_STATE_BWD_STAGES with a state (initial
-    state or dht), CCONV_CASE_BWD_STAGES otherwise."""
-    if n < SMALL_WORK:
-        return 1
-    if packed:
+    CCONV_PACKED_BWD_STAGES for packed calls, else 017's (CCONV_STATE_BWD_STAGES with a
+    state, CCONV_CASE_BWD_STAGES otherwise)."""
+    if n >= SMALL_WORK and packed:
         return PACKED_BWD_STAGES
-    return STATE_BWD_STAGES if state else CASE_BWD_STAGES
+    return k17.stages(n, state, packed)
+
+
+_LOOP = k17.CaseLoop(_CASE_BWD_L, _CASE_BWD, _STATS, stages, {"K": SEQ_LOOKAHEAD})
 
 
 def conv_bwd(
@@ -114,10 +105,10 @@ def conv_bwd(
     activation: str | None = "silu",
     cu_seqlens: torch.Tensor | None = None,
 ):
-    """(dx, dw, db, dresidual, dh0) of conv_fwd for the output gradients dy (and dht): a case
-    with fp16 or bf16 x on this module's case loop at its stage count (``stages``), every other
-    call 015's. Results
-    and errors as 015's (and 013's).
+    """(dx, dw, db, dresidual, dh0) of conv_fwd for the output gradients dy (and dht): 017's
+    routing and host code, a case with fp16 or bf16 x on this module's case loop (K =
+    CCONV_SEQ_LOOKAHEAD) at its stage count (``stages``), every other call 015's. Results
+    and errors as 017's.
 
     dy like x (any strides); dht [N, D, W] or None. dx [B, T, D] contiguous in x's dtype;
     dw [D, W] in w's dtype and db [D] in bias's dtype, reduced in a fixed order from fp32
@@ -126,113 +117,9 @@ def conv_bwd(
     checks).
     """
     args = (x, w, dy, bias, residual, initial_state, dht, activation, cu_seqlens)
-    if (
-        k14._odd((x, w, dy, bias, residual, initial_state, dht), cu_seqlens, activation)
-        or not isinstance(x, torch.Tensor)
-        or x.dtype == torch.float32
-        or (dht is None and k4._dense_case(x, activation, bias, initial_state, cu_seqlens))
-    ):
+    if k17.not_case_loop(*args):
         return k15.conv_bwd(*args)
-    return _case_bwd(*args)
-
-
-def _case_bwd(x, w, dy, bias, residual, initial_state, dht, activation, cu_seqlens):
-    """017's ``_case_bwd`` on this module's ``loops.case_bwd_kernel`` (K =
-    CCONV_SEQ_LOOKAHEAD), with NSTG from ``stages``."""
-    key = k13._signature(
-        lambda: (
-            _sig(x), _sig(w), _sig(dy), _sig(bias), _sig(residual), _sig(initial_state),
-            _sig(dht), activation, _sig(cu_seqlens),
-        )
-    )  # fmt: skip
-    has_h0 = initial_state is not None
-    plan = _CASE_BWD.get(key) if key is not None else None
-    if plan is not None:
-        _STATS["hits"] += 1
-        p, q = plan
-        w_c = w.contiguous()
-        h0 = initial_state.contiguous() if has_h0 else None
-        dht_c = dht.contiguous() if dht is not None else None
-        b = bias if bias is not None else w_c
-        cu = cu_seqlens if cu_seqlens is not None else w_c
-        dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-        dwp = torch.empty(p.buffers[0], dtype=torch.float32, device=x.device)
-        dbp = (
-            torch.empty(p.buffers[1], dtype=torch.float32, device=x.device)
-            if bias is not None
-            else dwp
-        )
-        p.run(
-            *p.grid, p.stream(p.device), p.function, p.packed, None, None, None,
-            x, w_c, b, h0 if has_h0 else w_c, cu, dy, dht_c if dht_c is not None else w_c, dx,
-            dwp, dbp, *p.scalars, *p.tail,
-        )  # fmt: skip
-        dh0 = None
-        if q is not None:
-            dh0 = torch.empty_like(h0)
-            q.run(
-                *q.grid, q.stream(q.device), q.function, q.packed, None, None, None,
-                x, w_c, b, h0, cu, dy, dht_c if dht_c is not None else h0, dh0,
-                *q.scalars, *q.tail,
-            )  # fmt: skip
-        db = dbp.sum(0).to(bias.dtype) if bias is not None else None
-        return dx, dwp.sum(0).to(w.dtype), db, (dy if residual is not None else None), dh0
-    _STATS["misses"] += 1
-    N, W = box._check(x, w, bias, residual, initial_state, activation, cu_seqlens)
-    if dy.shape != x.shape:
-        raise ValueError(f"dy shape {tuple(dy.shape)} does not match x {tuple(x.shape)}")
-    if dht is not None and tuple(dht.shape) != (N, x.shape[2], W):
-        raise ValueError(f"dht must be [N, D, W] = {(N, x.shape[2], W)}")
-    if x.numel() == 0 or (has_h0 and initial_state.numel() == 0):
-        return k11.conv_bwd(x, w, dy, bias, residual, initial_state, dht, activation, cu_seqlens)
-    B, T, D = x.shape
-    act = box.ACTIVATIONS[activation]
-    w_c = w.contiguous()
-    h0 = initial_state.contiguous() if has_h0 else None
-    dht_c = dht.contiguous() if dht is not None else None
-    b = bias if bias is not None else w_c
-    cu = cu_seqlens if cu_seqlens is not None else w_c
-    dx = torch.empty((B, T, D), dtype=x.dtype, device=x.device)
-    TS = k11._case_segment(B, T, D)
-    NS = k11._cdiv(T, TS)
-    work = box._work_bucket(B * T * D)
-    kw = k11._launch_kw(k11._bwd_config(B * T * D, work, False))
-    BD = kw["BD"]
-    dwp = torch.empty((B * NS, D, W), dtype=torch.float32, device=x.device)
-    dbp = (
-        torch.empty((B * NS, D), dtype=torch.float32, device=x.device) if bias is not None else dwp
-    )
-    args = (
-        x, w_c, b, h0 if has_h0 else w_c, cu, dy, dht_c if dht_c is not None else w_c, dx, dwp,
-        dbp, T, D, N, TS, NS, work, *x.stride(), *dy.stride(), dx.stride(0), dx.stride(1),
-    )  # fmt: skip
-    kw.update(
-        W=W, ACT=act, HAS_BIAS=bias is not None, HAS_H0=has_h0, HAS_DHT=dht_c is not None,
-        VARLEN=cu_seqlens is not None, EVEN_T=T % TS == 0,
-        FAST=k4.FAST_SIGMOID and x.dtype == torch.bfloat16,
-        NSTG=stages(B * T * D, has_h0 or dht_c is not None, cu_seqlens is not None),
-        K=SEQ_LOOKAHEAD,
-    )  # fmt: skip
-    grid = lambda m: (k11._cdiv(D, BD), NS, B)  # noqa: E731
-    # both launches are planned together: the plan table holds the pair or nothing
-    planned = key if len(_CASE_BWD) < k12.MAX_PLANS else None
-    loop: dict[tuple, Plan] = {}
-    k12._record(loop, planned, _CASE_BWD_L, grid, args, kw, 10, ((B * NS, D, W), (B * NS, D)))
-    dh0 = None
-    grad: dict[tuple, Plan] = {}
-    if has_h0:
-        dh0 = torch.empty_like(h0)
-        k12._record(
-            grad, planned, k11._DH0_L, lambda m: (k11._cdiv(D, 128), N),
-            (x, w_c, b, h0, cu, dy, dht_c if dht_c is not None else h0, dh0, T, D, *x.stride(),
-             *dy.stride()),
-            dict(W=W, ACT=act, HAS_BIAS=bias is not None, HAS_DHT=dht_c is not None,
-                 VARLEN=cu_seqlens is not None, BD=128, num_warps=1), 8,
-        )  # fmt: skip
-    if planned is not None and planned in loop and (not has_h0 or planned in grad):
-        _CASE_BWD[planned] = (loop[planned], grad.get(planned))
-    db = dbp.sum(0).to(bias.dtype) if bias is not None else None
-    return dx, dwp.sum(0).to(w.dtype), db, (dy if residual is not None else None), dh0
+    return k17.case_bwd_on(_LOOP, *args)
 
 
 def cconv_bwd_case(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, opts: dict):
