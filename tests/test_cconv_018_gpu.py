@@ -1,9 +1,10 @@
 """cconv idea 018 on the GPU: 016's GPU tests (tests/test_cconv_016_gpu.py) on 018's module,
 and packed batches above CCONV_SMALL_WORK whose programs take the pipelined loop with the
 loop-free sequence step (long sequences), its fallback (many short and empty sequences) or
-both, with states, a final state only or none. Every call computes what idea 013 computes (as
+both, with states, a final state only or none, each held to what idea 013 computes (as
 tests/test_cconv_015_gpu.py defines it: bit for bit but for a handful of elements one
-rounding step apart)."""
+rounding step apart). The packed batches fail that on an H100 (018's NOTES.md): an expected
+failure, strict, while 018 stays out of the vendor map."""
 
 from __future__ import annotations
 
@@ -35,6 +36,9 @@ def kernels():
     return k13, k18
 
 
+# Failed on an H100 (018's NOTES.md, docs/results/gpu-test-cconv018-h100-20261206.txt): a few
+# dx elements more than one rounding step from 013's in every batch; strict, so a fix shows.
+@pytest.mark.xfail(strict=True, reason="018's packed backward differs from 013's (its NOTES.md)")
 @pytest.mark.parametrize("state", [True, "final", False], ids=["states", "final", "none"])
 @pytest.mark.parametrize("lens", [BIG_LENS, SHORT_LENS], ids=["long", "short"])
 def test_a_large_packed_batch_equals_013s(kernels, monkeypatch, lens, state):

@@ -136,9 +136,8 @@ VENDOR = {
         "016-pipelined-case-bwd": {"kernel": "strip16", "loops": "loops16"},
         # imports 002's, 004's and 010's to 016's (and through them 005's to 009's)
         "017-case-stages": {"kernel": "strip17"},
-        # imports 002's, 004's, 007's and 010's to 017's (and through them 005's, 006's, 008's,
-        # 009's)
-        "018-packed-pipeline": {"kernel": "strip18", "loops": "loops18"},
+        # 018-packed-pipeline is left out: its packed backward differs from 013's on the GPU
+        # beyond rounding (its NOTES.md), so it must not be promoted whatever its records
     },
 }
 
