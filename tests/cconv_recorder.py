@@ -63,6 +63,17 @@ def install(monkeypatch, extra: tuple = ()) -> list:
     return log
 
 
+def recording(monkeypatch, extra: tuple, tables: tuple):
+    """A launch-log fixture's body (``yield from`` it): ``install(monkeypatch, extra)``, with
+    the given plan tables emptied before the test and after it."""
+    log = install(monkeypatch, extra)
+    for table in tables:
+        table.clear()
+    yield log
+    for table in tables:
+        table.clear()
+
+
 def _params(kernel) -> list[str]:
     return [p.name for p in _jit(kernel).params]
 

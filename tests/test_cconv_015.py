@@ -20,7 +20,7 @@ from ladder.kernels.cconv.ideas.i014 import kernel as k14
 from ladder.kernels.cconv.ideas.i015 import kernel as k15
 
 import ladder  # noqa: F401  (the idea import finder)
-from tests.cconv_recorder import _expect, _same_args, install
+from tests.cconv_recorder import _expect, _same_args, recording
 from tests.interpreted import run_interpreted
 
 LOOPS = r"""
@@ -88,12 +88,7 @@ TABLES = (k15._FWD, k15._BWD, k13._FWD, k13._BWD, k13._CASE_FWD, k13._CASE_BWD)
 def rec(monkeypatch):
     """The launch log of tests/cconv_recorder.py, 015's two loops logged like 011's kernels,
     every plan table empty before and after."""
-    log = install(monkeypatch, (k15._DENSE_FWD_L, k15._DENSE_BWD_L))
-    for table in TABLES:
-        table.clear()
-    yield log
-    for table in TABLES:
-        table.clear()
+    yield from recording(monkeypatch, (k15._DENSE_FWD_L, k15._DENSE_BWD_L), TABLES)
 
 
 def _via_013(rec, fn, *args):

@@ -20,7 +20,7 @@ from ladder.kernels.cconv.ideas.i015 import kernel as k15
 from ladder.kernels.cconv.ideas.i016 import kernel as k16
 
 import ladder  # noqa: F401  (the idea import finder)
-from tests.cconv_recorder import _expect, _same_args, install
+from tests.cconv_recorder import _expect, _same_args, recording
 from tests.interpreted import run_interpreted
 
 LOOP = r"""
@@ -82,13 +82,10 @@ def test_pipelined_case_loop_equals_007s_bit_for_bit_on_the_interpreter() -> Non
 @pytest.fixture
 def rec(monkeypatch):
     """The launch log, 015's and 016's loops logged like 011's kernels, plans empty."""
-    log = install(monkeypatch, (k15._DENSE_FWD_L, k15._DENSE_BWD_L, k16._CASE_BWD_L))
-    tables = (k16._CASE_BWD, k15._FWD, k15._BWD, k13._CASE_BWD, k13._CASE_BWD_H0, k13._DH0)
-    for table in tables:
-        table.clear()
-    yield log
-    for table in tables:
-        table.clear()
+    yield from recording(
+        monkeypatch, (k15._DENSE_FWD_L, k15._DENSE_BWD_L, k16._CASE_BWD_L),
+        (k16._CASE_BWD, k15._FWD, k15._BWD, k13._CASE_BWD, k13._CASE_BWD_H0, k13._DH0),
+    )  # fmt: skip
 
 
 CASES = [

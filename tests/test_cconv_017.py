@@ -18,7 +18,7 @@ from ladder.kernels.cconv.ideas.i016 import kernel as k16
 from ladder.kernels.cconv.ideas.i017 import kernel as k17
 
 import ladder  # noqa: F401  (the idea import finder)
-from tests.cconv_recorder import _same_args, install
+from tests.cconv_recorder import _same_args, recording
 from tests.test_cconv_016 import CASES, _inputs
 
 # a packed call above CCONV_SMALL_WORK: its loop takes NSTG 1 all the same
@@ -32,15 +32,17 @@ ALL = CASES + [PACKED_LARGE, BIAS_LARGE]
 @pytest.fixture
 def rec(monkeypatch):
     """The launch log (016's and 017's case loop logged like 011's kernels), plans empty."""
-    log = install(monkeypatch, (k15._DENSE_FWD_L, k15._DENSE_BWD_L, k16._CASE_BWD_L,
-                                k17._CASE_BWD_L))  # fmt: skip
-    tables = (k17._CASE_BWD, k16._CASE_BWD, k15._FWD, k15._BWD, k13._CASE_BWD,
-              k13._CASE_BWD_H0, k13._DH0)  # fmt: skip
-    for table in tables:
-        table.clear()
-    yield log
-    for table in tables:
-        table.clear()
+    caches = (k15._DENSE_FWD_L, k15._DENSE_BWD_L, k16._CASE_BWD_L, k17._CASE_BWD_L)
+    tables = (
+        k17._CASE_BWD,
+        k16._CASE_BWD,
+        k15._FWD,
+        k15._BWD,
+        k13._CASE_BWD,
+        k13._CASE_BWD_H0,
+        k13._DH0,
+    )
+    yield from recording(monkeypatch, caches, tables)
 
 
 def _expected_nstg(a: dict) -> int:

@@ -21,7 +21,7 @@ from ladder.kernels.cconv.ideas.i017 import kernel as k17
 from ladder.kernels.cconv.ideas.i018 import kernel as k18
 
 import ladder  # noqa: F401  (the idea import finder)
-from tests.cconv_recorder import _same_args, install
+from tests.cconv_recorder import _same_args, recording
 from tests.interpreted import run_interpreted
 from tests.test_cconv_016 import CASES, _inputs
 from tests.test_cconv_017 import BIAS_LARGE, PACKED_LARGE
@@ -104,15 +104,18 @@ def test_case_loop_equals_007s_bit_for_bit_on_the_interpreter() -> None:
 @pytest.fixture
 def rec(monkeypatch):
     """The launch log (017's and 018's case loops logged like 011's kernels), plans empty."""
-    log = install(monkeypatch, (k15._DENSE_FWD_L, k15._DENSE_BWD_L, k16._CASE_BWD_L,
-                                k17._CASE_BWD_L, k18._CASE_BWD_L))  # fmt: skip
-    tables = (k18._CASE_BWD, k17._CASE_BWD, k16._CASE_BWD, k15._FWD, k15._BWD,
-              k13._CASE_BWD, k13._CASE_BWD_H0, k13._DH0)  # fmt: skip
-    for table in tables:
-        table.clear()
-    yield log
-    for table in tables:
-        table.clear()
+    caches = (k15._DENSE_FWD_L, k15._DENSE_BWD_L, k16._CASE_BWD_L, k17._CASE_BWD_L, k18._CASE_BWD_L)
+    tables = (
+        k18._CASE_BWD,
+        k17._CASE_BWD,
+        k16._CASE_BWD,
+        k15._FWD,
+        k15._BWD,
+        k13._CASE_BWD,
+        k13._CASE_BWD_H0,
+        k13._DH0,
+    )
+    yield from recording(monkeypatch, caches, tables)
 
 
 ALL = CASES + [PACKED_LARGE, BIAS_LARGE]
