@@ -152,11 +152,19 @@ def test_conv_share_counts_only_conv_kernels():
         ("cconv_bwd_kernel", 150.0),
         ("causal_conv1d_states_fwd_kernel", 50.0),  # not fla's conv fwd kernel
     ]
-    s = prodtime.conv_share(kernels, prodtime.OUR_CONV_KERNELS)
+    s = prodtime.conv_share(kernels, ("cconv_fwd_kernel", "cconv_bwd_kernel"))
     assert s == {"conv_ms": 0.25, "kernel_ms": 1.0, "conv_share": 0.25, "conv_launches": 2}
     fla = prodtime.conv_share(kernels, prodtime.FLA_CONV_KERNELS)
     assert fla["conv_launches"] == 0 and fla["conv_share"] == 0.0
     assert prodtime.conv_share([], prodtime.FLA_CONV_KERNELS)["conv_share"] == 0.0
+
+
+def test_our_conv_kernels_are_the_vendored_builds_and_not_flas():
+    """The patched steps' needles are the installed build's own kernels (whatever the vendored
+    idea named them), forward and backward, and none of them matches fla's conv kernels."""
+    ours = prodtime.our_conv_kernels()
+    assert any("fwd" in n for n in ours) and any("bwd" in n for n in ours), ours
+    assert not any(n in f or f in n for n in ours for f in prodtime.FLA_CONV_KERNELS), ours
 
 
 def test_tables_show_the_numbers():

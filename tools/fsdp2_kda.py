@@ -31,7 +31,7 @@ Checked, on every rank:
   * both families engaged: kernel-fun's kda chain forward and backward ran once per layer
     and step while patched and never unpatched (counted at the chain's entry points, as the
     layer test does, with `kernel_fun._testing.kda_chain_calls`), and in one profiled step (the middle one) of each
-    run kernel-fun's conv kernels ("cconv_fwd", "cconv_bwd") ran at least 3 times per layer
+    run kernel-fun's conv kernels (forward and backward, `kernel_fun._testing.conv_launches`) ran at least 3 times per layer
     and fla's ("causal_conv1d_fwd_kernel", "causal_conv1d_bwd_kernel") not at all while
     patched, and the reverse unpatched (the layer test's `_witness`).
 
@@ -462,7 +462,12 @@ def main(
 
     import kernel_fun
     import torch.distributed as dist
-    from kernel_fun._testing import FLA_CONFIGS_ENV, learnable_tokens, trim_fla_autotune
+    from kernel_fun._testing import (
+        FLA_CONFIGS_ENV,
+        conv_launches,
+        learnable_tokens,
+        trim_fla_autotune,
+    )
 
     fla_configs = os.environ.get(FLA_CONFIGS_ENV, "").strip() or None
     if fla_configs is not None and not stand_in:
@@ -511,10 +516,7 @@ def main(
         gathered = [torch.empty_like(local) for _ in range(world)]
         dist.all_gather(gathered, local)
         per_rank = torch.stack(gathered, dim=1).double().cpu()  # [steps, world]
-        counts = {
-            **chain,
-            **{k: sum(k in name for name in kernels) for k in (*OUR_CONV, *FLA_CONV)},
-        }
+        counts = {**chain, **conv_launches(kernels)}
         runs[run] = {
             "global": per_rank.mean(dim=1).tolist(),
             "per_rank": per_rank.tolist(),

@@ -75,7 +75,6 @@ LAYER = {
     "expand_v": 2,
     "conv_size": 4,
 }
-OUR_CONV_KERNELS = ("cconv_fwd", "cconv_bwd")
 FLA_CONV_KERNELS = ("causal_conv1d_fwd_kernel", "causal_conv1d_bwd_kernel")
 # kernel-fun vs fla (not vs fp64): twice the family's fp64 tolerances, since both round.
 AGREE_TOL = {"y": 1e-2, "dx": 1.6e-2, "dw": 4e-2}
@@ -122,6 +121,16 @@ def rotation_sets(bytes_per_call: int, l2_bytes: int) -> int:
     if bytes_per_call <= 0:
         raise ValueError(f"bytes_per_call must be positive, got {bytes_per_call}")
     return max(1, min(MAX_ROTATION, math.ceil(L2_MULTIPLE * l2_bytes / bytes_per_call)))
+
+
+def our_conv_kernels() -> tuple[str, ...]:
+    """The installed build's own conv kernel names (forward, backward and state kernels, as
+    `kernel_fun.cconv.ops.kernel_names()` finds them, whatever the vendored idea named
+    them): the needles of `conv_share` for the patched steps."""
+    from kernel_fun.cconv.ops import kernel_names
+
+    names = kernel_names()
+    return names["fwd"] + names["bwd"] + names["other"]
 
 
 def conv_share(
@@ -543,10 +552,11 @@ def measure_layer(
     times = time_interleaved(fns, steps)
 
     out: dict[str, Any] = {**cfg, "precision": precision.value}
+    ours = our_conv_kernels()
     for key, fn, needles in (
         ("fla", step, FLA_CONV_KERNELS),
-        ("cconv_only", cconv_step, OUR_CONV_KERNELS),
-        ("kernel_fun", patched_step, OUR_CONV_KERNELS),
+        ("cconv_only", cconv_step, ours),
+        ("kernel_fun", patched_step, ours),
     ):
         kernels = cuda_kernels(fn)
         side: dict[str, Any] = {"step_ms": summarize(times[key]), **conv_share(kernels, needles)}

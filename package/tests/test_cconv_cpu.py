@@ -206,3 +206,18 @@ def test_gate_never_raises(monkeypatch):
     x, w = _inputs()
     ok, reason = is_supported(x, w, activation="silu")
     assert not ok and "cannot classify" in reason and "probe failed" in reason
+
+
+def test_kernel_names_split_this_builds_kernels_by_direction():
+    """What the GPU tests' and tools' launch witnesses count: this build's own kernels, a
+    forward and a backward one at least, none of them a name of fla's conv kernels."""
+    from kernel_fun.cconv.ops import kernel_names
+
+    names = kernel_names()
+    assert names["fwd"] and names["bwd"], names
+    every = names["fwd"] + names["bwd"] + names["other"]
+    assert len(set(every)) == len(every), names
+    assert all("fwd" in n for n in names["fwd"]) and all("bwd" in n for n in names["bwd"])
+    fla = ("causal_conv1d_fwd_kernel", "causal_conv1d_bwd_kernel", "causal_conv1d_update")
+    assert not any(n in f or f in n for n in every for f in fla), names
+    assert all(n.endswith("_kernel") for n in every)

@@ -18,8 +18,8 @@ function its three ShortConvolutions call and its `chunk_kda`. Checked here, on 
     kernels (each one more cold-cache compile and autotune) is needed. Two precisions:
     all-bf16 parameters (as fla's own layer tests run) and fp32 parameters under bf16
     autocast (the conv then sees bf16 x with an fp32 weight, the production call);
-  * a profiler witness: while patched, kernel-fun's conv kernels (names containing
-    "cconv_fwd" / "cconv_bwd") run and fla's ("causal_conv1d_fwd_kernel" /
+  * a profiler witness: while patched, kernel-fun's conv kernels (forward and backward, as
+    `kernel_fun.cconv.ops.kernel_names()` names them) run and fla's ("causal_conv1d_fwd_kernel" /
     "causal_conv1d_bwd_kernel") do not; unpatched, the reverse;
   * a chain witness: while patched, the vendored kda chain's forward and backward run once
     per layer step under amp (bf16 parameters make A_log bf16, a call the kda box sends to
@@ -50,7 +50,8 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from kernel_fun._testing import block_stack
+from kernel_fun._testing import FLA_CONV, OUR_CONV, block_stack
+from kernel_fun._testing import conv_launches as _conv_launches
 from kernel_fun._testing import cuda_kernel_names as _cuda_kernels
 from kernel_fun._testing import kda_chain_calls as _kda_chain_calls
 from kernel_fun._testing import learnable_tokens as _learnable_tokens
@@ -76,9 +77,6 @@ SLACK = 2.0**-9  # bf16's unit roundoff: differences below it are not resolvable
 SIGMAS = 3.0  # allowance for the norm's sampling spread on small tensors (see _allowed)
 LOSS_REL_TOL = 1e-2
 TRAIN_STEPS = 20
-
-OUR_CONV = ("cconv_fwd", "cconv_bwd")
-FLA_CONV = ("causal_conv1d_fwd_kernel", "causal_conv1d_bwd_kernel")
 
 
 def _kda(layer_idx: int = 0) -> nn.Module:
@@ -206,13 +204,9 @@ def _rel_l2(a: torch.Tensor, ref: torch.Tensor) -> float:
 # ------------------------------------------------------------------------------------------
 
 
-def _count(names: list[str], needle: str) -> int:
-    return sum(needle in n for n in names)
-
-
 def _witness(names: list[str], patched: bool, convs_per_step: int) -> dict[str, int]:
     """Assert whose conv kernels ran; return the launch counts."""
-    counts = {k: _count(names, k) for k in (*OUR_CONV, *FLA_CONV)}
+    counts = _conv_launches(names)
     ran, absent = (OUR_CONV, FLA_CONV) if patched else (FLA_CONV, OUR_CONV)
     for k in ran:
         assert counts[k] >= convs_per_step, f"expected >= {convs_per_step} {k} launches: {counts}"

@@ -395,3 +395,29 @@ def test_env_reads_what_os_environ_get_reads(monkeypatch):
     assert sup._env(name) == "on" and sup.disabled("cconv") is False
     monkeypatch.setitem(os.environ, "KERNEL_FUN_CCONV_DISABLE", "1")
     assert sup.disabled("cconv") is True
+
+
+def test_triton_kernels_of_names_the_kernels_a_package_defines(tmp_path, monkeypatch):
+    pytest.importorskip("triton")
+    pkg = tmp_path / "kf_fake_kernels"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text(
+        "import triton\n\n\n"
+        "@triton.jit\ndef foo_kernel(x):\n    pass\n\n\n"
+        "@triton.jit\ndef _helper(x):\n    pass\n\n\n"
+        "@triton.autotune(configs=[triton.Config({}, num_warps=4)], key=[])\n"
+        "@triton.jit\ndef tuned_kernel(x):\n    pass\n"
+    )
+    (pkg / "b.py").write_text(
+        "import triton\n\nfrom .a import foo_kernel  # imported: a's, not b's\n\n\n"
+        "@triton.jit\ndef bar_kernel(x):\n    pass\n\n\nNOT_A_KERNEL_kernel = 3\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert support.triton_kernels_of("kf_fake_kernels") == (
+        "bar_kernel",
+        "foo_kernel",
+        "tuned_kernel",
+    )
+    with pytest.raises(ModuleNotFoundError):
+        support.triton_kernels_of("kf_fake_kernels_absent")

@@ -5,6 +5,7 @@ tools/fsdp2_kda.py, tools/kda_fla_configs.py); not public API.
   chain launches some of fla's own kernels under fla's names, so a kernel-name witness
   cannot tell the chain from fla; its entry points are counted instead.
 - `cuda_kernel_names(fn)`: the CUDA kernels a callable launched (torch.profiler).
+- `conv_launches(names)`: those names counted as our conv kernels' or fla's, by direction.
 - `learnable_tokens(...)`: fresh token streams a small model learns in a few steps.
 - `kda_op_inputs(...)`: chunk_kda inputs with KimiDeltaAttention's initialisation.
 - `autotuners(modules)`: the autotuned Triton kernels a set of modules defines.
@@ -60,6 +61,23 @@ def cuda_kernel_names(fn: Callable[[], object]) -> list[str]:
         torch.cuda.synchronize()
     cuda = torch.autograd.DeviceType.CUDA
     return [e.name for e in prof.events() if e.device_type == cuda]
+
+
+OUR_CONV = ("cconv_fwd", "cconv_bwd")
+FLA_CONV = ("causal_conv1d_fwd_kernel", "causal_conv1d_bwd_kernel")
+
+
+def conv_launches(names: Iterable[str]) -> dict[str, int]:
+    """Conv launches among CUDA kernel names (one per launch, `cuda_kernel_names`), under
+    OUR_CONV's keys ("cconv_fwd" / "cconv_bwd": any of this build's own forward / backward
+    conv kernels, as `kernel_fun.cconv.ops.kernel_names()` finds them, whatever the vendored
+    idea named them) and FLA_CONV's (fla's two kernel names)."""
+    from kernel_fun.cconv.ops import kernel_names
+
+    ours = kernel_names()
+    groups = {"cconv_fwd": ours["fwd"], "cconv_bwd": ours["bwd"]} | {k: (k,) for k in FLA_CONV}
+    names = list(names)
+    return {k: sum(any(g in n for g in group) for n in names) for k, group in groups.items()}
 
 
 def learnable_tokens(vocab: int, size: tuple[int, int, int], device: Any, seed: int) -> Any:

@@ -368,6 +368,36 @@ def import_vendored(family: str, names: tuple[str, ...]) -> tuple[Any, str | Non
     return None, None
 
 
+def triton_kernels_of(package: str) -> tuple[str, ...]:
+    """The names of the Triton kernels that the modules of `package` define themselves
+    (``@triton.jit`` functions named ``*_kernel``, bare or wrapped by autotune / heuristics;
+    kernels a module imports from elsewhere, fla's for example, are left out), sorted.
+    torch.profiler names a launch of one of them by this name. Imports every module of the
+    package; raises ModuleNotFoundError when `package` is not installed."""
+    import importlib
+    import pkgutil
+
+    from triton.runtime.jit import JITFunction
+
+    pkg = importlib.import_module(package)
+    names: set[str] = set()
+    for info in pkgutil.iter_modules(getattr(pkg, "__path__", [])):
+        mod = importlib.import_module(f"{package}.{info.name}")
+        for obj in vars(mod).values():
+            fn = obj
+            for _ in range(4):  # Autotuner / Heuristics hold the JITFunction they wrap in .fn
+                if fn is None or isinstance(fn, JITFunction):
+                    break
+                fn = getattr(fn, "fn", None)
+            if (
+                isinstance(fn, JITFunction)
+                and fn.fn.__module__ == mod.__name__
+                and fn.__name__.endswith("_kernel")
+            ):
+                names.add(fn.__name__)
+    return tuple(sorted(names))
+
+
 def _reset_for_tests() -> None:
     """Forget logged messages, warm signatures and cached device probes."""
     _logged.clear()

@@ -89,6 +89,18 @@ def _kernels():
     return _kernels_mod
 
 
+def kernel_names() -> dict[str, tuple[str, ...]]:
+    """torch.profiler names of this build's own conv kernels, by direction: {"fwd": ...,
+    "bwd": ..., "other": ...} (a kernel whose name holds "fwd" is a forward one, "bwd" a
+    backward one; the final-state, initial-state-gradient and decode kernels are "other").
+    What a launch witness counts, whichever idea the build vendored (their kernels' names
+    differ). Imports the vendored kernels (triton)."""
+    names = support.triton_kernels_of(f"{__package__}._kernels")
+    fwd = tuple(n for n in names if "fwd" in n)
+    bwd = tuple(n for n in names if "bwd" in n and n not in fwd)
+    return {"fwd": fwd, "bwd": bwd, "other": tuple(n for n in names if n not in fwd + bwd)}
+
+
 BOX_API = ("conv_fwd", "conv_bwd", "cconv_update", "cconv_fwd", "cconv_bwd")
 
 
