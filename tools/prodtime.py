@@ -134,19 +134,21 @@ def our_conv_kernels() -> tuple[str, ...]:
 
 
 def conv_share(
-    kernels: Iterable[tuple[str, float]], needles: Sequence[str]
+    kernels: Iterable[tuple[str, float]], conv_kernels: Sequence[str]
 ) -> dict[str, float | int]:
     """Conv time among GPU kernels: `kernels` is (name, duration in us) per launch.
 
     Returns {conv_ms, kernel_ms, conv_share, conv_launches}: conv_ms sums the launches whose
-    name contains any of `needles`; kernel_ms sums all launches; conv_share = their ratio
-    (0 when nothing ran).
+    name is one of `conv_kernels` exactly (Triton kernels run under their function's name; a
+    substring would take fla's compute_dh0_kernel for our dh0_kernel); kernel_ms sums all
+    launches; conv_share = their ratio (0 when nothing ran).
     """
+    wanted = set(conv_kernels)
     conv_us = total_us = 0.0
     launches = 0
     for name, us in kernels:
         total_us += us
-        if any(n in name for n in needles):
+        if name in wanted:
             conv_us += us
             launches += 1
     return {

@@ -211,6 +211,7 @@ def test_gate_never_raises(monkeypatch):
 def test_kernel_names_split_this_builds_kernels_by_direction():
     """What the GPU tests' and tools' launch witnesses count: this build's own kernels, a
     forward and a backward one at least, none of them a name of fla's conv kernels."""
+    from kernel_fun._common import support
     from kernel_fun.cconv.ops import kernel_names
 
     names = kernel_names()
@@ -218,6 +219,15 @@ def test_kernel_names_split_this_builds_kernels_by_direction():
     every = names["fwd"] + names["bwd"] + names["other"]
     assert len(set(every)) == len(every), names
     assert all("fwd" in n for n in names["fwd"]) and all("bwd" in n for n in names["bwd"])
-    fla = ("causal_conv1d_fwd_kernel", "causal_conv1d_bwd_kernel", "causal_conv1d_update")
-    assert not any(n in f or f in n for n in every for f in fla), names
+    fla = support.triton_kernels_of("fla.modules.causal_conv1d")  # every kernel fla's conv has
+    assert "causal_conv1d_fwd_kernel" in fla and "compute_dh0_kernel" in fla, fla
+    assert not set(every) & set(fla), names
     assert all(n.endswith("_kernel") for n in every)
+
+
+def test_kernel_names_refuses_a_build_without_a_backward_kernel(monkeypatch):
+    from kernel_fun._common import support
+
+    monkeypatch.setattr(support, "triton_kernels_of", lambda package: ("a_fwd_kernel",))
+    with pytest.raises(RuntimeError, match="no backward kernel"):
+        ops.kernel_names()

@@ -354,7 +354,14 @@ def test_import_vendored_tells_missing_from_broken(tmp_path, monkeypatch, caplog
 
     pkg = tmp_path / "vendtest_pkg"
     pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text(
+        "import triton\n\n\n@triton.jit\ndef top_kernel(x):\n    pass\n"
+    )
+    (pkg / "sub").mkdir()
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "deep.py").write_text(
+        "import triton\n\n\n@triton.jit\ndef deep_kernel(x):\n    pass\n"
+    )
     (pkg / "good.py").write_text("VALUE = 7\n")
     (pkg / "broken.py").write_text("from vendtest_pkg.good import NOT_THERE\n")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -401,7 +408,14 @@ def test_triton_kernels_of_names_the_kernels_a_package_defines(tmp_path, monkeyp
     pytest.importorskip("triton")
     pkg = tmp_path / "kf_fake_kernels"
     pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text(
+        "import triton\n\n\n@triton.jit\ndef top_kernel(x):\n    pass\n"
+    )
+    (pkg / "sub").mkdir()
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "deep.py").write_text(
+        "import triton\n\n\n@triton.jit\ndef deep_kernel(x):\n    pass\n"
+    )
     (pkg / "a.py").write_text(
         "import triton\n\n\n"
         "@triton.jit\ndef foo_kernel(x):\n    pass\n\n\n"
@@ -416,8 +430,11 @@ def test_triton_kernels_of_names_the_kernels_a_package_defines(tmp_path, monkeyp
     monkeypatch.syspath_prepend(str(tmp_path))
     assert support.triton_kernels_of("kf_fake_kernels") == (
         "bar_kernel",
+        "deep_kernel",
         "foo_kernel",
+        "top_kernel",
         "tuned_kernel",
     )
+    assert support.triton_kernels_of("kf_fake_kernels.sub") == ("deep_kernel",)
     with pytest.raises(ModuleNotFoundError):
         support.triton_kernels_of("kf_fake_kernels_absent")

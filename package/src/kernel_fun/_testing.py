@@ -69,15 +69,17 @@ FLA_CONV = ("causal_conv1d_fwd_kernel", "causal_conv1d_bwd_kernel")
 
 def conv_launches(names: Iterable[str]) -> dict[str, int]:
     """Conv launches among CUDA kernel names (one per launch, `cuda_kernel_names`), under
-    OUR_CONV's keys ("cconv_fwd" / "cconv_bwd": any of this build's own forward / backward
-    conv kernels, as `kernel_fun.cconv.ops.kernel_names()` finds them, whatever the vendored
-    idea named them) and FLA_CONV's (fla's two kernel names)."""
+    OUR_CONV's keys ("cconv_fwd" / "cconv_bwd": launches of this build's own forward /
+    backward conv kernels, as `kernel_fun.cconv.ops.kernel_names()` finds them, whatever the
+    vendored idea named them) and FLA_CONV's (fla's two kernels). A launch counts when its
+    name is one of the group's exactly (Triton kernels run under their function's name):
+    fla's `compute_dh0_kernel` is not our `dh0_kernel`."""
     from kernel_fun.cconv.ops import kernel_names
 
     ours = kernel_names()
     groups = {"cconv_fwd": ours["fwd"], "cconv_bwd": ours["bwd"]} | {k: (k,) for k in FLA_CONV}
     names = list(names)
-    return {k: sum(any(g in n for g in group) for n in names) for k, group in groups.items()}
+    return {k: sum(n in group for n in names) for k, group in groups.items()}
 
 
 def learnable_tokens(vocab: int, size: tuple[int, int, int], device: Any, seed: int) -> Any:

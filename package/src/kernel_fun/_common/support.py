@@ -369,20 +369,24 @@ def import_vendored(family: str, names: tuple[str, ...]) -> tuple[Any, str | Non
 
 
 def triton_kernels_of(package: str) -> tuple[str, ...]:
-    """The names of the Triton kernels that the modules of `package` define themselves
-    (``@triton.jit`` functions named ``*_kernel``, bare or wrapped by autotune / heuristics;
-    kernels a module imports from elsewhere, fla's for example, are left out), sorted.
-    torch.profiler names a launch of one of them by this name. Imports every module of the
-    package; raises ModuleNotFoundError when `package` is not installed."""
+    """The names of the Triton kernels that `package` and every module below it (subpackages
+    included) define themselves: ``@triton.jit`` functions named ``*_kernel``, bare or wrapped
+    by autotune / heuristics; kernels a module imports from elsewhere (fla's, for example)
+    and helpers with other names are left out. Sorted. torch.profiler names a launch of one
+    of them exactly so. Imports every module it scans, so an import error of one of them
+    propagates; raises ModuleNotFoundError when `package` or triton is not installed."""
     import importlib
     import pkgutil
 
     from triton.runtime.jit import JITFunction
 
     pkg = importlib.import_module(package)
+    mods = [pkg] + [
+        importlib.import_module(info.name)
+        for info in pkgutil.walk_packages(getattr(pkg, "__path__", []), f"{package}.")
+    ]
     names: set[str] = set()
-    for info in pkgutil.iter_modules(getattr(pkg, "__path__", [])):
-        mod = importlib.import_module(f"{package}.{info.name}")
+    for mod in mods:
         for obj in vars(mod).values():
             fn = obj
             for _ in range(4):  # Autotuner / Heuristics hold the JITFunction they wrap in .fn

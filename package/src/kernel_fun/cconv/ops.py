@@ -93,11 +93,18 @@ def kernel_names() -> dict[str, tuple[str, ...]]:
     """torch.profiler names of this build's own conv kernels, by direction: {"fwd": ...,
     "bwd": ..., "other": ...} (a kernel whose name holds "fwd" is a forward one, "bwd" a
     backward one; the final-state, initial-state-gradient and decode kernels are "other").
-    What a launch witness counts, whichever idea the build vendored (their kernels' names
-    differ). Imports the vendored kernels (triton)."""
+    Launch witnesses and tools/prodtime.py count by these names, whichever idea the build
+    vendored (their kernels' names differ). Imports the vendored kernels (triton); raises
+    RuntimeError when they define no forward or no backward kernel (a witness counting
+    by an empty group could not tell our launches from none)."""
     names = support.triton_kernels_of(f"{__package__}._kernels")
     fwd = tuple(n for n in names if "fwd" in n)
     bwd = tuple(n for n in names if "bwd" in n and n not in fwd)
+    if not fwd or not bwd:
+        raise RuntimeError(
+            f"the vendored cconv kernels define no {'forward' if not fwd else 'backward'} "
+            f"kernel (found {names}); re-vendor with `make vendor FAMILY=cconv`"
+        )
     return {"fwd": fwd, "bwd": bwd, "other": tuple(n for n in names if n not in fwd + bwd)}
 
 
