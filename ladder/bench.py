@@ -111,6 +111,14 @@ def select_shapes(family: ModuleType, which: str, allowed: tuple[str, ...]) -> l
             f"--shapes {which!r} names no shape: give a shape set ({', '.join(allowed)}) or "
             f"shape names of family {family.FAMILY} ({', '.join(sorted(by_name))})"
         )
+    other_sets = [n for n in unknown if n in family.SHAPES]  # e.g. a family's "small" set
+    if other_sets:
+        n = other_sets[0]
+        raise LadderError(
+            f"--shapes {which!r}: {n} is a shape set of family {family.FAMILY} that is not "
+            f"benched as a set (sets: {', '.join(allowed)}); name its shapes instead: "
+            f"--shapes {','.join(s.name for s in family.SHAPES[n])}"
+        )
     if unknown:
         raise LadderError(
             f"--shapes {which!r}: {', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} "

@@ -119,7 +119,10 @@ def board(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     device: Annotated[
         str | None,
-        typer.Option(help="Device name substring (default: the family's target; '' = all)."),
+        typer.Option(
+            help="Device name substring (default: the family's target; '' = all); one that "
+            "matches no record is an error (exit 2)."
+        ),
     ] = None,
 ) -> None:
     """Rank a family's ideas from their committed records (CPU only)."""
@@ -129,6 +132,12 @@ def board(
     if plot is not None:
         plot = plot_path(plot)  # a bad --plot fails before anything is printed
     b = build_board(family, root, device=device)
+    if device and all(r.record_id is None for r in b.rows):
+        seen = sorted({d for r in b.rows for d in r.other_devices})
+        raise paths.LadderError(
+            f"no {family} record on a device matching {device!r} (records are on: "
+            f"{', '.join(seen) or 'no device'}); pass one of those, or --device '' for every device"
+        )
     if as_json:
         typer.echo(json.dumps(b.to_json(), indent=2))
     else:

@@ -223,8 +223,14 @@ def test_usage_errors_come_before_any_measurement(root: Path) -> None:
         bench.run_bench(_opts(root, "0"), runtime=NoGpu())
     with pytest.raises(paths.LadderError, match="never reads TOY_X"):
         bench.run_bench(_opts(root, "1", knobs=["TOY_X=1"]), runtime=CpuRuntime())
-    with pytest.raises(paths.LadderError, match="--shapes 'small': small is neither a shape set"):
+    with pytest.raises(
+        paths.LadderError,
+        match=r"small is a shape set of family toy that is not benched as a set .*"
+        r"--shapes s-b2-t9-d8-w4,s-b1-t5-d4-w3$",
+    ):
         bench.run_bench(_opts(root, "0", shapes="small"), runtime=CpuRuntime())
+    with pytest.raises(paths.LadderError, match="--shapes 'nope': nope is neither a shape set"):
+        bench.run_bench(_opts(root, "0", shapes="nope"), runtime=CpuRuntime())
     with pytest.raises(paths.BadIdea, match="does not define toy_bwd"):
         bench.run_bench(_opts(root, "2"), runtime=CpuRuntime())
     records_before = sorted(root.rglob("records/*.json"))

@@ -611,6 +611,17 @@ def test_board_plot_without_suffix_prints_the_file_written(tmp_path: Path) -> No
     assert not target.exists()
 
 
+def test_board_device_that_matches_no_record_is_an_error() -> None:
+    before = sorted(p.stat().st_mtime_ns for p in Path(ROOT).rglob("records/*.json"))
+    for extra in ([], ["--json"]):
+        result = run("board", "toy", "--device", "A100", *extra)
+        assert result.exit_code == 2, result.output
+        err = result.stderr.strip()
+        assert "no toy record on a device matching 'A100'" in err and "B300" in err, err
+        assert "--device ''" in err and "\n" not in err and not result.stdout
+    assert sorted(p.stat().st_mtime_ns for p in Path(ROOT).rglob("records/*.json")) == before
+
+
 def test_winner_command() -> None:
     result = run("winner", "toy", "--json")
     assert result.exit_code == 0, result.output

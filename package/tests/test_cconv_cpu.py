@@ -231,3 +231,46 @@ def test_kernel_names_refuses_a_build_without_a_backward_kernel(monkeypatch):
     monkeypatch.setattr(support, "triton_kernels_of", lambda package: ("a_fwd_kernel",))
     with pytest.raises(RuntimeError, match="no backward kernel"):
         ops.kernel_names()
+
+
+def test_kernel_names_refuses_fla_names_and_a_build_without_kernels(monkeypatch):
+    """A vendored kernel under one of fla's conv kernel names would count fla's launches as
+    ours; a build without vendored kernels says how to vendor them."""
+    from kernel_fun._common import support
+
+    real = support.triton_kernels_of
+
+    def clash(package):
+        if package.startswith("kernel_fun."):
+            return ("causal_conv1d_fwd_kernel", "cconv_bwd_kernel")
+        return real(package)
+
+    monkeypatch.setattr(support, "triton_kernels_of", clash)
+    with pytest.raises(RuntimeError, match=r"\['causal_conv1d_fwd_kernel'\] have the names of fla"):
+        ops.kernel_names()
+
+    def unvendored(package):
+        if package.startswith("kernel_fun."):
+            raise ModuleNotFoundError(f"No module named '{package}'", name=package)
+        return real(package)
+
+    monkeypatch.setattr(support, "triton_kernels_of", unvendored)
+    with pytest.raises(RuntimeError, match="vendors no cconv kernels.*make vendor FAMILY=cconv"):
+        ops.kernel_names()
+
+
+def test_conv_launches_counts_names_exactly_and_refuses_a_bare_name():
+    from kernel_fun._testing import conv_launches
+
+    names = ops.kernel_names()
+    fwd, bwd = names["fwd"][0], names["bwd"][0]
+    launched = [fwd, bwd, bwd, "causal_conv1d_fwd_kernel", "compute_dh0_kernel", "x" + fwd]
+    assert conv_launches(launched) == {
+        "cconv_fwd": 1,
+        "cconv_bwd": 2,
+        "causal_conv1d_fwd_kernel": 1,
+        "causal_conv1d_bwd_kernel": 0,
+    }
+    for bad in (fwd, fwd.encode(), [fwd, None], [fwd.encode()]):
+        with pytest.raises(TypeError, match="conv_launches takes"):
+            conv_launches(bad)

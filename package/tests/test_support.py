@@ -431,3 +431,29 @@ def test_triton_kernels_of_names_the_kernels_a_package_defines(tmp_path, monkeyp
     assert support.triton_kernels_of("kf_fake_kernels.sub") == ("deep_kernel",)
     with pytest.raises(ModuleNotFoundError):
         support.triton_kernels_of("kf_fake_kernels_absent")
+
+
+def test_triton_kernels_of_fla_style_names_and_bad_packages(tmp_path, monkeypatch):
+    """fla's naming (`chunk_kda_fwd_kernel_h_o`) counts, a name that only contains the letters
+    does not; a package's __main__ is not run; an object whose attribute lookup raises is
+    skipped; a failing submodule is named; a non-str argument is a TypeError."""
+    pytest.importorskip("triton")
+    pkg = tmp_path / "kf_fake_kernels2"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text(
+        "import triton\n\n\n"
+        "@triton.jit\ndef chunk_fwd_kernel_h_o(x):\n    pass\n\n\n"
+        "@triton.jit\ndef kernelish(x):\n    pass\n\n\n"
+        "class Boom:\n    def __getattr__(self, name):\n        raise RuntimeError('boom')\n\n\n"
+        "BOOM = Boom()\n"
+    )
+    (pkg / "__main__.py").write_text("raise SystemExit('__main__ ran')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert support.triton_kernels_of("kf_fake_kernels2") == ("chunk_fwd_kernel_h_o",)
+    (pkg / "bad.py").write_text("import kf_no_such_module_xyz\n")
+    with pytest.raises(ImportError, match=r"importing kf_fake_kernels2\.bad failed: .*xyz"):
+        support.triton_kernels_of("kf_fake_kernels2")
+    for bad in (None, 3, b"kf_fake_kernels2", support):
+        with pytest.raises(TypeError, match="dotted name"):
+            support.triton_kernels_of(bad)

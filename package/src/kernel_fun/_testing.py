@@ -73,12 +73,19 @@ def conv_launches(names: Iterable[str]) -> dict[str, int]:
     backward conv kernels, as `kernel_fun.cconv.ops.kernel_names()` finds them, whatever the
     vendored idea named them) and FLA_CONV's (fla's two kernels). A launch counts when its
     name is one of the group's exactly (Triton kernels run under their function's name):
-    fla's `compute_dh0_kernel` is not our `dh0_kernel`."""
+    fla's `compute_dh0_kernel` is not our `dh0_kernel`. TypeError when `names` is a str or
+    bytes (one name, not a list of them) or holds anything but str: counting either would
+    give zeros, which reads as "nothing launched"."""
     from kernel_fun.cconv.ops import kernel_names
 
+    if isinstance(names, str | bytes):
+        raise TypeError("conv_launches takes a list of kernel names (cuda_kernel_names), not one")
+    names = list(names)
+    bad = [n for n in names if not isinstance(n, str)]
+    if bad:
+        raise TypeError(f"conv_launches takes kernel names as str, got {bad[:3]!r}")
     ours = kernel_names()
     groups = {"cconv_fwd": ours["fwd"], "cconv_bwd": ours["bwd"]} | {k: (k,) for k in FLA_CONV}
-    names = list(names)
     return {k: sum(n in group for n in names) for k, group in groups.items()}
 
 

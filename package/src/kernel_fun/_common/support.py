@@ -369,22 +369,36 @@ def import_vendored(family: str, names: tuple[str, ...]) -> tuple[Any, str | Non
 
 
 def triton_kernels_of(package: str) -> tuple[str, ...]:
-    """The names of the Triton kernels that `package` and every module below it (subpackages
-    included) define themselves: ``@triton.jit`` functions named ``*_kernel``, bare or wrapped
-    by autotune / heuristics; kernels a module imports from elsewhere (fla's, for example)
-    and helpers with other names are left out. Sorted. torch.profiler names a launch of one
-    of them exactly so. Imports every module it scans, so an import error of one of them
-    propagates; raises ModuleNotFoundError when `package` or triton is not installed."""
+    """The names of the Triton kernels that `package` and every module below it (its regular
+    subpackages, those with an ``__init__.py``, included; ``__main__`` modules are not run)
+    define themselves: ``@triton.jit`` functions with ``kernel`` among the ``_``-separated
+    words of their name (``dense_fwd_kernel``, fla's style ``chunk_kda_fwd_kernel_h_o``),
+    bare or wrapped by autotune / heuristics; kernels a module imports from elsewhere (fla's,
+    for example) and helpers with other names are left out. Sorted. torch.profiler names a
+    launch of one of them exactly so. Imports every module it scans. Raises TypeError when
+    `package` is not a str, ModuleNotFoundError when it or triton is not installed, and
+    ImportError naming the module when one below it fails to import."""
     import importlib
     import pkgutil
 
     from triton.runtime.jit import JITFunction
 
+    if not isinstance(package, str):
+        raise TypeError(
+            f"triton_kernels_of takes a package's dotted name (a str), not {type(package).__name__}"
+        )
     pkg = importlib.import_module(package)
-    mods = [pkg] + [
-        importlib.import_module(info.name)
-        for info in pkgutil.walk_packages(getattr(pkg, "__path__", []), f"{package}.")
-    ]
+    mods = [pkg]
+    for info in pkgutil.walk_packages(getattr(pkg, "__path__", []), f"{package}."):
+        if info.name.rpartition(".")[2] == "__main__":
+            continue
+        try:
+            mods.append(importlib.import_module(info.name))
+        except Exception as exc:
+            raise ImportError(
+                f"triton_kernels_of({package!r}): importing {info.name} failed: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
     names: set[str] = set()
     for mod in mods:
         for obj in vars(mod).values():
@@ -392,11 +406,14 @@ def triton_kernels_of(package: str) -> tuple[str, ...]:
             for _ in range(4):  # Autotuner / Heuristics hold the JITFunction they wrap in .fn
                 if fn is None or isinstance(fn, JITFunction):
                     break
-                fn = getattr(fn, "fn", None)
+                try:
+                    fn = getattr(fn, "fn", None)
+                except Exception:  # an object whose attribute lookup raises is no kernel
+                    fn = None
             if (
                 isinstance(fn, JITFunction)
                 and fn.fn.__module__ == mod.__name__
-                and fn.__name__.endswith("_kernel")
+                and "kernel" in fn.__name__.split("_")
             ):
                 names.add(fn.__name__)
     return tuple(sorted(names))

@@ -94,16 +94,36 @@ def kernel_names() -> dict[str, tuple[str, ...]]:
     "bwd": ..., "other": ...} (a kernel whose name holds "fwd" is a forward one, "bwd" a
     backward one; the final-state, initial-state-gradient and decode kernels are "other").
     Launch witnesses and tools/prodtime.py count by these names, whichever idea the build
-    vendored (their kernels' names differ). Imports the vendored kernels (triton); raises
-    RuntimeError when they define no forward or no backward kernel (a witness counting
-    by an empty group could not tell our launches from none)."""
-    names = support.triton_kernels_of(f"{__package__}._kernels")
+    vendored (their kernels' names differ). Imports the vendored kernels (triton) and fla's
+    conv module. Raises RuntimeError when this build vendors no cconv kernels, when they
+    define no forward or no backward kernel (a witness counting by an empty group could not
+    tell our launches from none), or when one of them has the name of a kernel of fla's
+    conv (a launch of fla's would count as ours)."""
+    try:
+        names = support.triton_kernels_of(f"{__package__}._kernels")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{__package__}._kernels":
+            raise
+        raise RuntimeError(
+            "this kernel-fun build vendors no cconv kernels (kernel_fun.cconv._kernels is "
+            "missing); vendor them with `make vendor FAMILY=cconv`"
+        ) from exc
     fwd = tuple(n for n in names if "fwd" in n)
     bwd = tuple(n for n in names if "bwd" in n and n not in fwd)
     if not fwd or not bwd:
         raise RuntimeError(
             f"the vendored cconv kernels define no {'forward' if not fwd else 'backward'} "
             f"kernel (found {names}); re-vendor with `make vendor FAMILY=cconv`"
+        )
+    try:  # every kernel of fla's conv package, its backends included
+        fla_names = set(support.triton_kernels_of("fla.modules.causal_conv1d"))
+    except ImportError:  # a backend that does not import here: fla's two Triton kernels
+        fla_names = {"causal_conv1d_fwd_kernel", "causal_conv1d_bwd_kernel"}
+    clash = sorted(set(names) & fla_names)
+    if clash:
+        raise RuntimeError(
+            f"the vendored cconv kernels {clash} have the names of fla's conv kernels, so a "
+            "profiler cannot tell their launches apart; rename them in the idea and re-vendor"
         )
     return {"fwd": fwd, "bwd": bwd, "other": tuple(n for n in names if n not in fwd + bwd)}
 
