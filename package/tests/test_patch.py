@@ -479,3 +479,18 @@ def test_a_step_that_no_longer_calls_the_update_is_refused(_clean_state, monkeyp
         patch_fla()
     assert not is_patched("cconv")
     assert _holders(ORIGINAL) == _clean_state and _holders(REPLACEMENT) == set()
+
+
+def test_missing_fla_layers_are_refused_with_what_to_install(_clean_state, monkeypatch):
+    """fla-core alone has no fla.layers: patching kda says which package brings them, and
+    patches nothing; the conv alone still patches."""
+    monkeypatch.setitem(sys.modules, "fla.layers.kda", None)  # import -> ModuleNotFoundError
+    holders = _holders(ORIGINAL)
+    with pytest.raises(PatchError) as info:
+        patch_fla()
+    message = str(info.value)
+    assert "fla.layers.kda does not import" in message
+    assert "flash-linear-attention" in message and "`layers` extra" in message
+    assert not is_patched("cconv") and _holders(ORIGINAL) == holders
+    patch_fla("cconv")
+    assert is_patched("cconv")

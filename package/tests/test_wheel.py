@@ -124,6 +124,11 @@ def test_wheel_requirements_have_floors_the_fla_cap_and_optional_cute(wheel):
         assert cuda_python.contains(cuda_major) and not cuda_python.contains(other_major)
     cu13 = [r for r in reqs if r.marker and r.marker.evaluate({"extra": "cu13"})]
     assert any(r.name == "nvidia-cutlass-dsl" and "cu13" in r.extras for r in cu13)
+    # fla's layers (patch_fla's targets) under the same cap as fla-core
+    layers = {r.name: r for r in reqs if r.marker and r.marker.evaluate({"extra": "layers"})}
+    assert set(layers) == {"flash-linear-attention"}, layers
+    spec = layers["flash-linear-attention"].specifier
+    assert spec.contains("0.6.0") and not spec.contains("0.7.0") and not spec.contains("0.5.1")
 
 
 def test_wheel_installs_and_imports_in_a_bare_venv(wheel, tmp_path):

@@ -409,6 +409,13 @@ def _plan_kda() -> _Patch:
     except Exception as exc:
         raise PatchError(
             f"cannot patch fla: {_KDA_LAYER_MODULE} does not import ({type(exc).__name__}: {exc})"
+            + (
+                "; fla's layers ship in flash-linear-attention: install it (kernel-fun's "
+                "`layers` extra), or call patch_fla('cconv') for the conv alone"
+                if isinstance(exc, ModuleNotFoundError)
+                and (exc.name or "").startswith("fla.layers")
+                else ""
+            )
         ) from exc
     layer = getattr(layer_module, "KimiDeltaAttention", None)
     if layer is None:
