@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,7 +83,7 @@ def test_readme_research_numbers_are_the_committed_records() -> None:
         (kda15 + "20261204T195932Z-2bf91e9f.json", "neg-eigval", "| 015 at neg-eigval B4 T4000", 3, 3),
         (kda16 + "20261204T204041Z-b7f42b87.json", "deep-gate", "| 016 at deep-gate B4 T4000", 3, 3),
         (kda16 + "20261204T204041Z-b7f42b87.json", "neg-eigval", "| 016 at neg-eigval B4 T4000", 3, 3),
-        (kda22 + "20261205T051110Z-dd4482b7.json", "prod", "| 022 at prod B16 T8192 H16 K128 V256 (promoted", 3, 2),
+        (kda22 + "20261205T051110Z-dd4482b7.json", "prod", "| 022 at prod B16 T8192 H16 K128 V256 (2026-12-05)", 3, 2),
         (kda14 + "20261204T151500Z-5d0fda72.json", "prod", "| 014 at prod B16 T8192 H16 K128 V256 (2026-12-04)", 3, 2),
         (kda12 + "20261203T114202Z-e5db58d3.json", "prod", "| 012 at prod B16 T8192 H16 K128 V256 |", 3, 2),
         (kda12 + "20261204T062921Z-e5db58d3.json", "t2048", "| 012 at t2048 B16 T2048 |", 3, 3),
@@ -268,9 +269,10 @@ def test_readme_headline_names_the_vendored_kda_chain() -> None:
         (ROOT / "ladder/kernels/kda/ideas" / idea / "records" / f"{rid}.json").read_text()
     )
     head = readme[: readme.index("## Set up and test")]
+    (gpu,) = re.findall(r"\bH[12]00\b", rec["device"]["name"])
     assert (
         f"the promoted chain (ladder idea `kda/{idea[:3]}`, {records.prod_ratio(rec):.3f}x fla's "
-        f"forward+backward at B16 T8192 H16 K128 V256 on an H200, record `{rid}`)"
+        f"forward+backward at B16 T8192 H16 K128 V256 on an {gpu}, record `{rid}`"
     ) in head
 
 
@@ -289,10 +291,16 @@ def test_readme_names_the_next_free_idea_numbers() -> None:
 
 
 def test_readme_quotes_the_kda_host_times() -> None:
-    """The kda host-time paragraph quotes 022's prod record and 014's neg-eigval record."""
+    """The kda host-time paragraph quotes 024's prod record (the vendored chain's, H100), 022's
+    (H200) and 014's neg-eigval record."""
     readme = " ".join((ROOT / "README.md").read_text().split())
     ideas = "ladder/kernels/kda/ideas/"
-    prod = _shape(ideas + "022-diag-qg/records/20261205T051110Z-dd4482b7.json", "prod")
+    old = _shape(ideas + "022-diag-qg/records/20261205T051110Z-dd4482b7.json", "prod")["host_us"]
+    assert (
+        f"had {old['fwd']['candidate']:.0f} and {old['fwdbwd']['candidate']:.0f} us (fla's "
+        f"{old['fwd']['baseline']:.0f} and {old['fwdbwd']['baseline']:.0f})" in readme
+    )
+    prod = _shape(ideas + "024-fixed-launch/records/20261205T120140Z-e2acc143.json", "prod")
     h = prod["host_us"]
     assert (
         f"costs {h['fwd']['candidate']:.0f} us of host time (fla's {h['fwd']['baseline']:.0f} us) and "

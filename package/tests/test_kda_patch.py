@@ -282,12 +282,14 @@ def _fresh_compat(monkeypatch):
 
 KDA_CHAIN = (
     "kda_gate_chunk_cumsum", "recompute_w_u_fwd", "chunk_gated_delta_rule_fwd_h",
-    "chunk_kda_bwd_dAv", "chunk_gated_delta_rule_bwd_dhu",
+    "chunk_gated_delta_rule_bwd_dhu",
     "chunk_gated_delta_rule_bwd_kernel_dhu_blockdim64",
     "prepare_chunk_indices", "prepare_chunk_offsets",
-    "l2norm_bwd", "fused_beta_sigmoid_bwd", "l2norm_fwd",
+    "fused_beta_sigmoid_bwd", "l2norm_fwd",
     "fused_beta_sigmoid", "chunk_kda_fwd_intra", "chunk_gla_fwd_o_gk",
-    "chunk_kda_fwd_kernel_inter_solve_fused",
+    "chunk_kda_fwd_kernel_inter_solve_fused", "l2norm_fwd_kernel", "l2norm_bwd_kernel",
+    "kda_gate_chunk_cumsum_vector_kernel", "recompute_w_u_fwd_kda_kernel",
+    "chunk_kda_bwd_kernel_dAv", "chunk_gated_delta_rule_fwd_kernel_h_blockdim64",
 )  # fmt: skip
 
 

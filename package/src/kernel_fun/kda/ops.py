@@ -13,23 +13,27 @@ operation of our path runs inside one `torch.autograd.Function`, and every launc
 under `torch.cuda.device(q.device)`, so a call on tensors of a device that is not the
 current one works.
 
-Autotuning and warmup. The promoted chain's own kernels run at fixed launches, untuned: the
-forward's fused state pass and output, the backward's fused WY stage, intra-chunk stage and
-gate tail (the reverse cumsum of dg with the gate's backward), and fla's state-gradient
-kernel launched directly (K <= 128). Every other stage is fla's
-(listed in `_common.compat.FLA_SYMBOLS`), so what makes a call autotune is fla's autotune
-keys. Read from fla 0.6.0 (`key=[...]` of every autotuned kernel those stages launch):
+Autotuning and warmup. The promoted chain (ladder idea kda/024) launches every kernel it
+runs at a fixed configuration, untuned: its own kernels (the forward's fused state pass and
+output and diagonal score tiles, the backward's fused WY stage, intra-chunk stage and gate
+tail) and the fla kernels it reuses (the L2 norm and its backward, the gate cumsum, the
+off-diagonal tiles and solve, w/u, dAv, the state recompute and the state gradient), which
+it launches by name at the configurations fla's autotuner picked at prod
+(`_kernels/launch24.py`; the names and keywords are in `_common.compat.FLA_SYMBOLS`). The
+L2 norm's NB, a constexpr fla's kernels take only as an autotune key, is passed as 1 at
+every T, so a new T compiles nothing either. Two cases still go through fla's autotuner:
+K above 128 (fla's forward stages and state kernels) and, with safe_gate, the forward's
+intra-chunk stage (fla's). Read from fla 0.6.0 (`key=[...]` of every autotuned kernel those
+stages launch):
 
-  * no kernel keys on T itself. chunk_delta_h (fwd_h: the backward's recompute of the
-    states, and the forward for K > 128; bwd_dhu for K > 128), kda/chunk_intra (the
-    forward's), kda/chunk_intra_token_parallel, kda/wy_fast, kda/chunk_bwd (dAv), kda/gate
+  * no kernel keys on T itself. chunk_delta_h (fwd_h, bwd_dhu), kda/chunk_intra,
+    kda/chunk_intra_token_parallel, kda/wy_fast, kda/chunk_bwd (dAv), kda/gate
     (kda_gate_chunk_cumsum) and gla/chunk (chunk_gla_fwd_o_gk, K > 128) key on head counts,
     head sizes, block sizes, STATE_V_FIRST and IS_VARLEN only;
-  * utils/cumsum's chunk_local_cumsum, which keys on B (the batch size), no longer runs:
-    the gate tail took its place in the backward;
   * modules/norm/l2norm's l2norm_fwd_kernel / l2norm_bwd_kernel key on
     NB = ceil(rows / 65536) with rows = B * T * H (the q and k rows normalised): the one
-    length-dependent key. It grows linearly, one bucket per 65536 rows.
+    length-dependent key, one bucket per 65536 rows, reached through fla's autotuner only
+    where the chain calls fla's L2 norm wrappers (K above 128).
 
 So `warmup` runs the chain (forward and backward) at each batch size asked for, at the
 smallest T of every NB bucket up to B * T_max * H rows, plus T = 64 and 100 (the Triton
