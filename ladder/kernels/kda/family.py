@@ -211,6 +211,8 @@ VENDOR = {
         "023-segments-qg": {"kernel": "chain23", "intra_fwd": "intrafwd23"},
         # 022 with fla's kernels in it launched at fixed configurations (no autotuner)
         "024-fixed-launch": {"kernel": "chain24", "intra_fwd": "intrafwd24", "launch": "launch24"},
+        # 024 with the forward's gate cumsum saved for the backward (as fla saves its own)
+        "025-saved-gate-cumsum": {"kernel": "chain25"},
     },
 }
 
