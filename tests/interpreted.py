@@ -104,3 +104,25 @@ def chunk_local_cumsum(step: Any, lens: list[int], packed: bool) -> Any:
         for c in range(b0, b1, 64):
             out[:, c : min(c + 64, b1)] = step[:, c : min(c + 64, b1)].cumsum(1)
     return out
+
+
+def kda_chain_inputs(
+    B: int, H: int, HV: int, lens: list[int], K: int, V: int, state: bool, lower_bound: Any
+) -> tuple[tuple, Any, Any]:
+    """Seeded fp32 inputs of a kda chain's forward and backward on the CPU: (the 14 arguments of
+    the family's ``kda_fwd``, do, dht). ``lens`` are the sequences' lengths, packed into one
+    row with cu_seqlens when B == 1 and there are several, else one length per row; ``state``
+    adds an initial state, asks for the final one and gives it a gradient; ``lower_bound``
+    (None or a float) turns on the bounded gate (``safe_gate``)."""
+    import torch
+
+    torch.manual_seed(0)
+    packed = B == 1 and len(lens) > 1
+    T = sum(lens) if packed else lens[0]
+    cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()]) if packed else None
+    N = len(lens) if packed else B
+    r = torch.randn
+    args = (r(B, T, H, K), r(B, T, H, K), r(B, T, HV, V), r(B, T, HV, K), r(B, T, HV),
+            r(HV) * 0.5, r(HV * K) * 0.5, K**-0.5, r(N, HV, V, K) if state else None, state, cu,
+            lower_bound, lower_bound is not None, False)  # fmt: skip
+    return args, r(B, T, HV, V), r(N, HV, V, K) if state else None

@@ -22,7 +22,7 @@ SCRIPT = textwrap.dedent(
     import ladder  # the idea import finder
     import fla.ops.kda  # noqa: F401
     from kernel_fun._testing import autotuners
-    from tests.interpreted import fla_on_the_interpreter, without_cuda_device
+    from tests.interpreted import fla_on_the_interpreter, kda_chain_inputs, without_cuda_device
 
     fla_on_the_interpreter()
     without_cuda_device()
@@ -45,17 +45,7 @@ SCRIPT = textwrap.dedent(
     K = V = 32
     out = {}
     for name, B, H, HV, lens, st, lb in cases:
-        torch.manual_seed(0)
-        packed = B == 1 and len(lens) > 1
-        T = sum(lens) if packed else lens[0]
-        cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist()) if packed else None
-        N = len(lens) if packed else B
-        args = (torch.randn(B, T, H, K), torch.randn(B, T, H, K), torch.randn(B, T, HV, V),
-                torch.randn(B, T, HV, K), torch.randn(B, T, HV), torch.randn(HV) * 0.5,
-                torch.randn(HV * K) * 0.5, K ** -0.5,
-                torch.randn(N, HV, V, K) if st else None, st, cu, lb, lb is not None, False)
-        do = torch.randn(B, T, HV, V)
-        dht = torch.randn(N, HV, V, K) if st else None
+        args, do, dht = kda_chain_inputs(B, H, HV, lens, K, V, st, lb)
         res, tuned = {}, {}
         for idea in ("022", "024"):
             m = importlib.import_module(f"ladder.kernels.kda.ideas.i{idea}.kernel")
@@ -100,8 +90,12 @@ def test_024_autotunes_nothing_and_computes_022s_chain() -> None:
     out = run_interpreted(SCRIPT)
     assert set(out) == {"dense", "gva", "varlen-state", "lower-bound"}
     for case, r in out.items():
-        # the same kernels on the same operands: bit for bit kda/022's on the interpreter
-        assert r["equal"] and r["err"] == 0.0, (case, r["err"])
+        # the same kernels on the same operands. On the interpreter kda/022's chain runs the
+        # first configuration of each of fla's autotune lists and kda/024's its fixed pick, so
+        # their tiles (and the order of fp32 sums, numpy's matmul per tile) may differ: equal
+        # bit for bit on some CPUs, within fp32 rounding on others (OpenBLAS picks its kernels
+        # by CPU). A wrong operand or stage would be off by far more than 1e-6.
+        assert r["err"] <= 1e-6, (case, r["err"])
         want_022 = dict(FLA_AUTOTUNED_IN_022)
         if case in SAFE_GATE_INTRA:  # fla's stage takes the place of the diagonal kernel's
             want_022["chunk_kda_fwd_kernel_intra_sub_chunk"] = 1

@@ -24,7 +24,7 @@ SCRIPT = textwrap.dedent(
     import torch
     import ladder  # the idea import finder
     import fla.ops.kda  # noqa: F401
-    from tests.interpreted import fla_on_the_interpreter, without_cuda_device
+    from tests.interpreted import fla_on_the_interpreter, kda_chain_inputs, without_cuda_device
 
     fla_on_the_interpreter()
     without_cuda_device()
@@ -42,17 +42,7 @@ SCRIPT = textwrap.dedent(
     V = 32
     out = {}
     for name, B, H, HV, lens, K, st, lb in cases:
-        torch.manual_seed(0)
-        packed = B == 1 and len(lens) > 1
-        T = sum(lens) if packed else lens[0]
-        cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist()) if packed else None
-        N = len(lens) if packed else B
-        args = (torch.randn(B, T, H, K), torch.randn(B, T, H, K), torch.randn(B, T, HV, V),
-                torch.randn(B, T, HV, K), torch.randn(B, T, HV), torch.randn(HV) * 0.5,
-                torch.randn(HV * K) * 0.5, K ** -0.5,
-                torch.randn(N, HV, V, K) if st else None, st, cu, lb, lb is not None, False)
-        do = torch.randn(B, T, HV, V)
-        dht = torch.randn(N, HV, V, K) if st else None
+        args, do, dht = kda_chain_inputs(B, H, HV, lens, K, V, st, lb)
         res, gate_calls, saved = {}, {}, {}
         for idea, m in (("024", k24), ("025", k25)):
             o, ht, ctx = m.kda_fwd(*args)
