@@ -28,8 +28,8 @@ help:  ## list the targets
 setup:  ## create .venv with everything the CPU tests need (keeps an installed torch/triton)
 	bash tools/setup.sh
 
-test:  ## every CPU test (GPU-marked tests are deselected; `make gpu-test` runs them)
-	$(PY) -m pytest -q -m "not gpu" tests package/tests
+test:  ## every CPU test, one pytest-xdist worker per core (GPU-marked tests are deselected; `make gpu-test` runs them)
+	$(PY) -m pytest -q -m "not gpu" -n auto --dist loadfile tests package/tests
 
 gpu-test:  ## every GPU test, incl. an end-to-end prod bench (needs a CUDA GPU, sm90+); fails if none ran
 	@mkdir -p $(OUT); set -o pipefail; \
