@@ -107,3 +107,12 @@ def test_025_refuses_a_forward_whose_g_cumsum_slot_is_taken(monkeypatch) -> None
     stages = dataclasses.replace(k24.STAGES, gate_cumsum=lambda *a, **kw: "gc")
     with pytest.raises(RuntimeError, match="g_cumsum slot"):
         k25.kda_fwd_chain(*([None] * 14), stages)
+
+
+def test_025s_cases_are_024s() -> None:
+    from ladder.kernels.kda.ideas.i024 import kernel as k24
+    from ladder.kernels.kda.ideas.i025 import kernel as k25
+
+    import ladder  # noqa: F401
+
+    assert k25.CASES == k24.CASES

@@ -29,7 +29,7 @@ from ladder.kernels.kda.ideas.i024 import kernel as k24
 
 __all__ = ["CASES", "STAGES", "kda_bwd", "kda_bwd_chain", "kda_fwd", "kda_fwd_chain"]
 
-CASES = k24.CASES
+CASES = ("dense", "varlen", "gva", "state", "lower_bound", "neg_eigval")  # kda/024's
 STAGES = k24.STAGES
 G_CUMSUM_SLOT = 5  # fla's saved-tensor order: q, q_rstd, k, k_rstd, v, g_cumsum, ...
 
