@@ -12,8 +12,12 @@ dA_log: one per value head) is a sum over every token whose rounding error is a 
 a few numbers, so one seed's ratio to fla's error says little either way (per-seed ratios
 from 0.13 to 4.2 at one shape, pooled 0.93). Such an output's ratio test is therefore always
 taken on errors pooled over RATIO_POOL_SEEDS seeds (the shape's seed and the next ones):
-the root of the sum of squares of the per-seed errors, i.e. the candidate's total squared
-error against fla's. Every one of those seeds must also meet the absolute tolerance, except
+the relative error of all those seeds' outputs taken together, sqrt(sum_s ||out_s -
+ref_s||^2 / sum_s ||ref_s||^2), i.e. the candidate's total squared error against fla's.
+(Pooling the per-seed relative errors instead weights each seed by 1 / ||ref_s||^2: a seed
+whose reference nearly cancels then makes up most of the pool, and the pooled ratio is that
+one seed's ratio of two values again. Records made before 2026-12-07 pooled that way.)
+Every one of those seeds must also meet the absolute tolerance, except
 a seed where fla's own error is past it (a reference that nearly cancels: kda's dA_log at
 one seed in eight on the H200, fla at 1.6x the tolerance): there the candidate must be
 within ERR_RATIO_MAX of fla's error at that seed instead. The record keeps the shape seed's
@@ -187,6 +191,7 @@ def check_shape(
         ratio = {n: (cand[n] / base[n] if base[n] > 0 else math.inf) for n in names}
     few_elements = getattr(family, "RATIO_MIN_ELEMENTS", 0)
     few = [n for n, r in zip(names, refs, strict=True) if 0 < r.numel() < few_elements]
+    ref_norm = {n: _norm(r) for n, r in zip(names, refs, strict=True) if n in few}
     del refs
 
     def ratio_ok(c: float, b: float) -> bool:
@@ -194,7 +199,7 @@ def check_shape(
 
     pooled = per_seed = None
     if base is not None and few and not problems:
-        first = {n: (cand[n], base[n]) for n in few}
+        first = {n: (cand[n], base[n], ref_norm[n]) for n in few}
         n_seeds = int(family.RATIO_POOL_SEEDS if pool_seeds is None else pool_seeds)
         pooled, per_seed = _pooled(family, idea, shape, dev, seed, strided, names, first, n_seeds)
     failed: dict[str, str] = {}
@@ -249,14 +254,20 @@ def _pooled(
     seed: int,
     strided: bool,
     names: tuple[str, ...],
-    first: dict[str, tuple[float, float]],
+    first: dict[str, tuple[float, float, float]],
     n_seeds: int,
 ) -> tuple[dict[str, dict[str, float]], dict[str, list[tuple[float, float]]]]:
-    """Errors of the outputs in ``first`` ({output: (candidate, baseline) error at ``seed``})
-    pooled with those at the next ``n_seeds - 1`` seeds: ({output: {"seeds",
-    "candidate_err", "baseline_err", "err_ratio", "worst_candidate_err"}}, {output: the
-    per-seed (candidate, baseline) errors})."""
-    per = {n: [pair] for n, pair in first.items()}
+    """Errors of the outputs in ``first`` ({output: (candidate error, baseline error,
+    reference norm) at ``seed``}) pooled with those at the next ``n_seeds - 1`` seeds:
+    ({output: {"seeds", "candidate_err", "baseline_err", "err_ratio",
+    "worst_candidate_err"}}, {output: the per-seed (candidate, baseline) errors}).
+
+    A pooled error is the relative error of every seed's output taken together:
+    sqrt(sum_s ||out_s - ref_s||^2 / sum_s ||ref_s||^2). Each seed counts by its absolute
+    error, not its relative one, so a seed whose reference nearly cancels (its relative
+    errors 10x the others', both implementations') does not stand in for the whole pool."""
+    per = {n: [(c, b)] for n, (c, b, _) in first.items()}
+    norms = {n: [r] for n, (_, _, r) in first.items()}
     for s in range(seed + 1, seed + n_seeds):
         inputs = tuple(family.make_inputs(shape, dev, s))
         if strided:
@@ -267,11 +278,12 @@ def _pooled(
         _sync(dev)
         for n in per:
             per[n].append((rel_err(got[n], refs[n]), rel_err(want[n], refs[n])))
+            norms[n].append(_norm(refs[n]))
         del inputs, refs, got, want
     res = {}
     for n, pairs in per.items():
-        c = math.sqrt(sum(a * a for a, _ in pairs))
-        b = math.sqrt(sum(x * x for _, x in pairs))
+        c = _stacked([a for a, _ in pairs], norms[n])
+        b = _stacked([x for _, x in pairs], norms[n])
         worst = max((a for a, _ in pairs), default=0.0)
         if any(not math.isfinite(a) for a, _ in pairs):
             c = worst = math.nan
@@ -283,3 +295,18 @@ def _pooled(
             "worst_candidate_err": worst,
         }
     return res, per
+
+
+def _norm(t: Any) -> float:
+    import torch
+
+    return float(torch.linalg.vector_norm(t.to(torch.float64)))
+
+
+def _stacked(rel: list[float], ref_norms: list[float]) -> float:
+    """The relative error of several seeds' outputs taken together, from each seed's
+    relative error (absolute where its reference is zero, as rel_err gives it) and
+    reference norm."""
+    abs_sq = sum((e * r if r > 0 else e) ** 2 for e, r in zip(rel, ref_norms, strict=True))
+    ref_sq = sum(r * r for r in ref_norms)
+    return math.sqrt(abs_sq / ref_sq) if ref_sq > 0 else math.sqrt(abs_sq)

@@ -58,8 +58,10 @@ def test_a_few_element_output_is_judged_pooled() -> None:
     assert res.passed, res
     p = res.pooled["few"]
     assert p["seeds"] == 4 and set(res.pooled) == {"few"}
-    assert p["candidate_err"] == pytest.approx(math.sqrt(0.02**2 + 3 * 0.005**2))
-    assert p["baseline_err"] == pytest.approx(math.sqrt(4 * 0.01**2))
+    # every seed's reference has the same norm here, so the stacked relative error is the
+    # root mean square of the per-seed ones
+    assert p["candidate_err"] == pytest.approx(math.sqrt((0.02**2 + 3 * 0.005**2) / 4))
+    assert p["baseline_err"] == pytest.approx(0.01)
     assert p["worst_candidate_err"] == pytest.approx(0.02)
     # the record keeps the single-seed numbers and adds the pooled ones; schema and board
     entry = res.record_entry()
@@ -212,3 +214,47 @@ def test_the_pool_settings_come_together_and_are_ints() -> None:
         fake = SimpleNamespace(FAMILY="toy", ENTRY_POINTS=("f",), TARGET_DEVICE="H200",
                                RATIO_MIN_ELEMENTS=16)  # fmt: skip
         contract.validate_family(fake, "toy/family.py", "toy", complete=False)
+
+
+def test_a_seed_whose_reference_nearly_cancels_does_not_stand_in_for_the_pool() -> None:
+    # "few"'s reference is 10x smaller at seed 0 (a sum that nearly cancels), so both
+    # implementations' relative errors are 10x larger there at the same absolute error.
+    # Absolute errors per element: the candidate 1.5e-3 at seed 0 and 1e-3 elsewhere, fla
+    # 1e-3 everywhere. Pooled as relative errors, seed 0 would make up nearly all of the
+    # pool (ratio 1.49, a failure on one seed's two values); taken together the seeds give
+    # sqrt((1.5^2 + 3) / 4) = 1.15, and the candidate passes.
+    scale = {0: 0.1}
+
+    def impl(abs_err):
+        def out(inputs):
+            seed = int(inputs[0])
+            ref = scale.get(seed, 1.0)
+            return torch.ones(64), torch.full((2,), ref + abs_err.get(seed, 1e-3))
+
+        return out
+
+    fam = SimpleNamespace(
+        FAMILY="toy",
+        TOLERANCES={"many": 0.1, "few": 0.1},
+        ERR_RATIO_MAX=1.25,
+        make_inputs=lambda shape, dev, seed: (torch.tensor(seed),),
+        reference=lambda s: (torch.ones(64), torch.full((2,), scale.get(int(s), 1.0))),
+        run=lambda impl_, inputs, poison: impl_(inputs),
+        BASELINE=impl({}),
+        **POOL,
+    )
+    res = check.check_shape(fam, impl({0: 1.5e-3}), Shape("s"), "cpu", 0, baseline=True)
+    p = res.pooled["few"]
+    assert res.err_ratio["few"] == pytest.approx(1.5, rel=1e-4)
+    old_way = math.sqrt(0.015**2 + 3e-6) / math.sqrt(0.01**2 + 3e-6)
+    assert old_way > fam.ERR_RATIO_MAX
+    assert p["err_ratio"] == pytest.approx(math.sqrt((1.5**2 + 3) / 4), rel=1e-4)
+    assert p["candidate_err"] == pytest.approx(
+        math.sqrt((2 * 1.5e-3**2 + 6 * 1e-3**2) / (2 * 0.01 + 6)), rel=1e-4
+    )
+    assert res.passed, res
+    # the same absolute error, 2x fla's, at every seed still fails
+    worse = {s: 2e-3 for s in range(4)}
+    bad = check.check_shape(fam, impl(worse), Shape("s"), "cpu", 0, baseline=True)
+    assert not bad.passed and bad.pooled["few"]["err_ratio"] == pytest.approx(2.0, rel=1e-4)
+    assert "pooled error" in bad.failed["few"]
