@@ -32,17 +32,22 @@ def toy(cand: dict[int, tuple[float, float]], base: dict[int, tuple[float, float
 
         return out
 
-    fam = SimpleNamespace(
+    return toy_family(lambda s: (torch.ones(64), torch.ones(2)), impl(base), **extra), impl(cand)
+
+
+def toy_family(reference, baseline, **extra) -> SimpleNamespace:
+    """The toy family: its seed is its one input; ``reference(seed)`` gives the oracle's
+    (many, few) and ``baseline`` plays fla."""
+    return SimpleNamespace(
         FAMILY="toy",
         TOLERANCES={"many": 0.1, "few": 0.1},
         ERR_RATIO_MAX=1.25,
         make_inputs=lambda shape, dev, seed: (torch.tensor(seed),),
-        reference=lambda s: (torch.ones(64), torch.ones(2)),
+        reference=reference,
         run=lambda impl_, inputs, poison: impl_(inputs),
-        BASELINE=impl(base),
+        BASELINE=baseline,
         **extra,
     )
-    return fam, impl(cand)
 
 
 POOL = {"RATIO_MIN_ELEMENTS": 16, "RATIO_POOL_SEEDS": 4}
@@ -233,15 +238,8 @@ def test_a_seed_whose_reference_nearly_cancels_does_not_stand_in_for_the_pool() 
 
         return out
 
-    fam = SimpleNamespace(
-        FAMILY="toy",
-        TOLERANCES={"many": 0.1, "few": 0.1},
-        ERR_RATIO_MAX=1.25,
-        make_inputs=lambda shape, dev, seed: (torch.tensor(seed),),
-        reference=lambda s: (torch.ones(64), torch.full((2,), scale.get(int(s), 1.0))),
-        run=lambda impl_, inputs, poison: impl_(inputs),
-        BASELINE=impl({}),
-        **POOL,
+    fam = toy_family(
+        lambda s: (torch.ones(64), torch.full((2,), scale.get(int(s), 1.0))), impl({}), **POOL
     )
     res = check.check_shape(fam, impl({0: 1.5e-3}), Shape("s"), "cpu", 0, baseline=True)
     p = res.pooled["few"]
