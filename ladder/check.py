@@ -16,7 +16,8 @@ the relative error of all those seeds' outputs taken together, sqrt(sum_s ||out_
 ref_s||^2 / sum_s ||ref_s||^2), i.e. the candidate's total squared error against fla's.
 (Pooling the per-seed relative errors instead weights each seed by 1 / ||ref_s||^2: a seed
 whose reference nearly cancels then makes up most of the pool, and the pooled ratio is that
-one seed's ratio of two values again. Records made before 2026-12-07 pooled that way.)
+one seed's ratio of two values again. Records whose pooled entry has no ``"pooling":
+"stacked"`` pooled that way.)
 Every one of those seeds must also meet the absolute tolerance, except
 a seed where fla's own error is past it (a reference that nearly cancels: kda's dA_log at
 one seed in eight on the H200, fla at 1.6x the tolerance): there the candidate must be
@@ -86,7 +87,7 @@ class ShapeCheck:
     err_ratio: dict[str, float] | None
     passed: bool
     problems: list[str] = field(default_factory=list)
-    pooled: dict[str, dict[str, float]] | None = None
+    pooled: dict[str, dict[str, float | str]] | None = None
     # {output: [(candidate, baseline) error per pooled seed]}: for printing, not recorded
     per_seed: dict[str, list[tuple[float, float]]] | None = None
     # the outputs that failed their tests, each with why (for printing, not recorded)
@@ -111,7 +112,8 @@ class ShapeCheck:
         if self.pooled:
             out["pooled"] = {
                 n: {
-                    k: (v if isinstance(v, int) or math.isfinite(v) else None) for k, v in p.items()
+                    k: (v if isinstance(v, (int, str)) or math.isfinite(v) else None)
+                    for k, v in p.items()
                 }
                 for n, p in self.pooled.items()
             }
@@ -256,11 +258,11 @@ def _pooled(
     names: tuple[str, ...],
     first: dict[str, tuple[float, float, float]],
     n_seeds: int,
-) -> tuple[dict[str, dict[str, float]], dict[str, list[tuple[float, float]]]]:
+) -> tuple[dict[str, dict[str, float | str]], dict[str, list[tuple[float, float]]]]:
     """Errors of the outputs in ``first`` ({output: (candidate error, baseline error,
     reference norm) at ``seed``}) pooled with those at the next ``n_seeds - 1`` seeds:
     ({output: {"seeds", "candidate_err", "baseline_err", "err_ratio",
-    "worst_candidate_err"}}, {output: the per-seed (candidate, baseline) errors}).
+    "worst_candidate_err", "pooling"}}, {output: the per-seed (candidate, baseline) errors}).
 
     A pooled error is the relative error of every seed's output taken together:
     sqrt(sum_s ||out_s - ref_s||^2 / sum_s ||ref_s||^2). Each seed counts by its absolute
@@ -280,7 +282,7 @@ def _pooled(
             per[n].append((rel_err(got[n], refs[n]), rel_err(want[n], refs[n])))
             norms[n].append(_norm(refs[n]))
         del inputs, refs, got, want
-    res = {}
+    res: dict[str, dict[str, float | str]] = {}
     for n, pairs in per.items():
         c = _stacked([a for a, _ in pairs], norms[n])
         b = _stacked([x for _, x in pairs], norms[n])
@@ -293,6 +295,7 @@ def _pooled(
             "baseline_err": b,
             "err_ratio": c / b if b > 0 else (math.inf if c > 0 else 1.0),
             "worst_candidate_err": worst,
+            "pooling": "stacked",  # records without this key pooled per-seed relative errors
         }
     return res, per
 

@@ -68,6 +68,7 @@ def test_a_few_element_output_is_judged_pooled() -> None:
     assert p["candidate_err"] == pytest.approx(math.sqrt((0.02**2 + 3 * 0.005**2) / 4))
     assert p["baseline_err"] == pytest.approx(0.01)
     assert p["worst_candidate_err"] == pytest.approx(0.02)
+    assert p["pooling"] == "stacked"
     # the record keeps the single-seed numbers and adds the pooled ones; schema and board
     entry = res.record_entry()
     assert entry["err_ratio"]["few"] == pytest.approx(2.0) and "pooled" in entry
