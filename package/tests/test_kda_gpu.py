@@ -122,11 +122,11 @@ SEEDS = 8
 
 def _errors(
     shape: family.Shape, seed: int, cu_dtype: torch.dtype | None = None
-) -> dict[str, tuple[float, float, int]]:
+) -> dict[str, tuple[float, float, int, float]]:
     """{output: (our error, fla's error, elements on the oracle's heads, the reference's
-    L2 norm)} against the float64 oracle, after checking that ours is finite, within the family's tolerance and meets
-    the contract. cu_dtype: the packed shapes' cu_seqlens in that dtype (the family's is
-    int64)."""
+    L2 norm)} against the float64 oracle, after checking that ours is finite, within the
+    family's tolerance and meets the contract. cu_dtype: the packed shapes' cu_seqlens in
+    that dtype (the family's is int64)."""
     inputs = family.make_inputs(shape, "cuda", seed)
     if cu_dtype is not None:
         assert inputs[8] is not None, f"{shape.name} is not a packed shape"
@@ -203,7 +203,8 @@ def test_int32_cu_seqlens_against_the_float64_oracle_and_fla(name):
 def test_few_element_gradients_pooled_over_seeds(name):
     """dA_log (and any output with fewer than RATIO_MIN_ELEMENTS values on the oracle's
     heads) within ERR_RATIO_MAX of fla's error, both pooled over SEEDS seeds (the relative
-    error of every seed's output taken together); each seed within the family's tolerance (checked by `_errors`)."""
+    error of every seed's output taken together); each seed within the family's tolerance
+    (checked by `_errors`)."""
     shape = next(s for s in SHAPES if s.name == name)
     runs = [_errors(shape, seed) for seed in range(SEEDS)]
     few = [n for n, (_, _, count, _) in runs[0].items() if count < RATIO_MIN_ELEMENTS]
