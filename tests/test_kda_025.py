@@ -90,8 +90,6 @@ def test_025_refuses_a_forward_whose_g_cumsum_slot_is_taken(monkeypatch) -> None
     from ladder.kernels.kda.ideas.i024 import kernel as k24
     from ladder.kernels.kda.ideas.i025 import kernel as k25
 
-    import ladder  # noqa: F401
-
     class Ctx(types.SimpleNamespace):
         def save_for_backward(self, *tensors):
             self.saved_tensors = tensors
@@ -112,7 +110,5 @@ def test_025_refuses_a_forward_whose_g_cumsum_slot_is_taken(monkeypatch) -> None
 def test_025s_cases_are_024s() -> None:
     from ladder.kernels.kda.ideas.i024 import kernel as k24
     from ladder.kernels.kda.ideas.i025 import kernel as k25
-
-    import ladder  # noqa: F401
 
     assert k25.CASES == k24.CASES
