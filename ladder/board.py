@@ -4,7 +4,9 @@ An idea's row shows its best record on the chosen device: the best promotable on
 clean, current code) by the family's rank score (the winner's: the prod ratio, or the
 geometric mean of the ratios at its RANK_SHAPES), else the best passed one, else its latest
 record (so an idea whose only records are "incorrect" or "error" still shows up, with that
-status).
+status). A passed row whose code, at the same knobs, failed the check in another record (at
+another seed) is named under the table with that record and its seed: the check is
+statistical for outputs it pools over seeds, and a pass at one seed is not a pass at all.
 
 The per-shape view (the plot, and ``shapes`` in the JSON) also draws on the idea's other
 records of the same code: a bench of ``--shapes prod`` and one of ``--shapes sweep`` are two
@@ -88,6 +90,7 @@ class BoardRow:
     missing_cases: list[str] = field(default_factory=list)
     cases_unreadable: bool = False
     other_devices: list[str] = field(default_factory=list)
+    incorrect_same_code: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -166,6 +169,20 @@ def _worst_err_ratio(rec: dict) -> float | None:
     return max(vals) if vals else None
 
 
+def _incorrect_same_code(rec: dict, recs: list[dict]) -> list[dict[str, Any]]:
+    """The records among ``recs`` that ran ``rec``'s code (code_sha) at ``rec``'s knobs and
+    failed the correctness check ("incorrect"), oldest first: {record_id, seed, err_ratio}
+    each (err_ratio: :func:`_worst_err_ratio`). A passed row with such records passed at
+    some seeds only; the board names them under the table."""
+    return [
+        {"record_id": r["record_id"], "seed": r.get("seed"), "err_ratio": _worst_err_ratio(r)}
+        for r in recs
+        if r["status"] == "incorrect"
+        and r["code_sha"] == rec["code_sha"]
+        and (r.get("knobs") or {}) == (rec.get("knobs") or {})
+    ]
+
+
 def best_record(
     recs: list[dict], is_current: Any, shapes: tuple[str, ...] = ("prod",)
 ) -> tuple[dict | None, bool]:
@@ -218,6 +235,8 @@ def row_for(
     row.created = rec["created"]
     row.code_unchanged_since = rec["code_unchanged_since"]
     row.err_ratio = _worst_err_ratio(rec)
+    if rec["status"] == "passed":
+        row.incorrect_same_code = _incorrect_same_code(rec, recs)
     row.prod_ratio = records.prod_ratio(rec)
     row.rank_score = records.rank_score(rec, shapes)
     prod = next((s for s in rec["shapes"] if s["name"] == "prod"), None)
@@ -517,6 +536,17 @@ def render_board(board: Board, console: Any) -> None:
             ),
             overflow="fold",
         )
+    for r in board.rows:
+        for bad in r.incorrect_same_code:
+            console.print(
+                Text(
+                    f"also incorrect: {r.idea}'s code and knobs of record {r.record_id} failed "
+                    f"the check in record {bad['record_id']} (seed "
+                    f"{'not recorded' if bad['seed'] is None else bad['seed']}, max err ratio "
+                    f"{_fmt(bad['err_ratio'], '.3f')}): it passes at some seeds only"
+                ),
+                overflow="fold",
+            )
     for r in board.rows:
         if r.cases_unreadable:
             why = "its kernel.py's CASES is not a literal tuple of strings (read without importing)"

@@ -234,3 +234,38 @@ def test_idea_colors_are_distinct_and_never_fla_grey(n: int) -> None:
     for r, g, b, _ in colors:  # none grey like fla's bars: some channel stands apart
         assert max(r, g, b) - min(r, g, b) > 0.1, (r, g, b)
     assert mcolors.to_rgba("0.6") not in colors
+
+
+def test_a_passed_row_names_the_records_where_its_code_failed_the_check(root: Path) -> None:
+    """000-base's shown record passed; the fixture's incorrect record of the same code and
+    knobs is named under the board (and in the JSON), with its seed; incorrect records of
+    other code, other knobs or another device are not."""
+    sha = _read(root, "000-base", "20260102")["code_sha"]
+    decoys = [
+        ("2026-01-12T10:00:00Z", {"code_sha": fake_sha("other base")}, {}),
+        ("2026-01-13T10:00:00Z", {"code_sha": sha}, {"knobs": {"TOY_BLOCK": "64"}}),
+        ("2026-01-14T10:00:00Z", {"code_sha": sha, "device": "NVIDIA B300"}, {}),
+    ]
+    for created, kw, extra in decoys:
+        rec = make_record(idea="000-base", created=created, status="incorrect", **kw)
+        _write(root, "000-base", {**rec, **extra, "seed": 7})
+    fail = _read(root, "000-base", "20260111")
+    b = board_mod.build_board("toy", root)
+    row = next(r for r in b.rows if r.idea == "000-base")
+    assert row.status == "passed"
+    assert [bad["record_id"] for bad in row.incorrect_same_code] == [fail["record_id"]]
+    assert row.incorrect_same_code[0]["seed"] == fail.get("seed")
+    assert all(not r.incorrect_same_code for r in b.rows if r.idea != "000-base")
+    out = CliRunner().invoke(app, ["--root", str(root), "board", "toy"], terminal_width=400)
+    assert out.exit_code == 0, out.output
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("also incorrect:")]
+    assert len(lines) == 1
+    assert f"failed the check in record {fail['record_id']}" in lines[0]
+    assert f"of record {row.record_id}" in lines[0]
+    data = json.loads(
+        CliRunner().invoke(app, ["--root", str(root), "board", "toy", "--json"]).stdout
+    )
+    rows = {r["idea"]: r for r in data["rows"]}
+    assert [bad["record_id"] for bad in rows["000-base"]["incorrect_same_code"]] == [
+        fail["record_id"]
+    ]
