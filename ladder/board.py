@@ -6,7 +6,7 @@ geometric mean of the ratios at its RANK_SHAPES), else the best passed one, else
 record (so an idea whose only records are "incorrect" or "error" still shows up, with that
 status). A passed row whose code, at the same knobs, failed the check in another record (at
 another seed) is named under the table with that record and its seed: the check is
-statistical for outputs it pools over seeds, and a pass at one seed is not a pass at all.
+statistical for outputs it pools over seeds, and a pass at one seed is not one at every seed.
 
 The per-shape view (the plot, and ``shapes`` in the JSON) also draws on the idea's other
 records of the same code: a bench of ``--shapes prod`` and one of ``--shapes sweep`` are two
