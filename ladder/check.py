@@ -284,8 +284,8 @@ def _pooled(
         del inputs, refs, got, want
     res: dict[str, dict[str, float | str]] = {}
     for n, pairs in per.items():
-        c = _stacked([a for a, _ in pairs], norms[n])
-        b = _stacked([x for _, x in pairs], norms[n])
+        c = stacked_error([a for a, _ in pairs], norms[n])
+        b = stacked_error([x for _, x in pairs], norms[n])
         worst = max((a for a, _ in pairs), default=0.0)
         if any(not math.isfinite(a) for a, _ in pairs):
             c = worst = math.nan
@@ -306,7 +306,7 @@ def _norm(t: Any) -> float:
     return float(torch.linalg.vector_norm(t.to(torch.float64)))
 
 
-def _stacked(rel: list[float], ref_norms: list[float]) -> float:
+def stacked_error(rel: list[float], ref_norms: list[float]) -> float:
     """The relative error of several seeds' outputs taken together, from each seed's
     relative error (absolute where its reference is zero, as rel_err gives it) and
     reference norm."""

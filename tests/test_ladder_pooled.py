@@ -257,3 +257,22 @@ def test_a_seed_whose_reference_nearly_cancels_does_not_stand_in_for_the_pool() 
     bad = check.check_shape(fam, impl(worse), Shape("s"), "cpu", 0, baseline=True)
     assert not bad.passed and bad.pooled["few"]["err_ratio"] == pytest.approx(2.0, rel=1e-4)
     assert "pooled error" in bad.failed["few"]
+
+
+def test_stacked_error_is_the_relative_error_of_the_seeds_taken_together() -> None:
+    """stacked_error (also the package's GPU tests' pooling) against the concatenation it
+    stands for, in float64."""
+    gen = torch.Generator().manual_seed(7)
+    refs = [
+        torch.randn(n, generator=gen, dtype=torch.float64) * s
+        for n, s in ((3, 10.0), (5, 0.01), (2, 1.0))
+    ]
+    outs = [r + 0.1 * torch.randn(r.shape, generator=gen, dtype=torch.float64) for r in refs]
+    rel = [float((o - r).norm() / r.norm()) for o, r in zip(outs, refs)]
+    norms = [float(r.norm()) for r in refs]
+    want = float((torch.cat(outs) - torch.cat(refs)).norm() / torch.cat(refs).norm())
+    assert check.stacked_error(rel, norms) == pytest.approx(want, rel=1e-12)
+    # a zero reference contributes its absolute error (rel_err's convention), to no norm
+    assert check.stacked_error([0.5, 0.2], [0.0, 2.0]) == pytest.approx(
+        ((0.5**2 + 0.4**2) / 4) ** 0.5
+    )
