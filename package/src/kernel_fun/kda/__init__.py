@@ -6,10 +6,11 @@ Same signature and return value as flash-linear-attention 0.6.0's `fla.ops.kda.c
 Calls inside the supported box run the chain promoted from the ladder, once one is vendored
 (`_kernels/`, with `_provenance.py` naming the record and commit it came from); every other
 call is forwarded to fla verbatim, so the result is bit-identical to fla's there. The chain
-vendored now is ladder idea kda/024-fixed-launch, kda/022's kernels with every launch at a fixed
-configuration (record 20261205T120140Z-e2acc143: 1.522x fla's forward+backward, 1.257x its
-forward, at B16 T8192 H16 K128 V256 on an H100 80GB HBM3; 022 on an H200, record
-20261205T051110Z-dd4482b7: 1.526x and 1.189x). `is_supported(...)` says which case a call is
+vendored now is ladder idea kda/025-saved-gate-cumsum: kda/022's kernels with every launch at a
+fixed configuration (kda/024) and the forward's gate cumsum kept for the backward (record
+20261207T101241Z-93364773: 1.547x fla's forward+backward, 1.249x its forward, at B16 T8192
+H16 K128 V256 on an H100 80GB HBM3, where kda/024 gave 1.521x in the same run; 022 on an
+H200, record 20261205T051110Z-dd4482b7: 1.526x and 1.189x). `is_supported(...)` says which case a call is
 and why; `warmup(...)` checks the fla internals the chain relies on and fills the compile
 caches (and fla's autotune caches where the chain still uses them: K above 128, safe_gate).
 

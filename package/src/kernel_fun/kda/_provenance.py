@@ -3,11 +3,11 @@
 """Where kernel_fun.kda._kernels came from. Literals only: tools/drift.py reads them
 with ast.literal_eval and never imports this module."""
 
-SOURCE_COMMIT = "a470530e9b12825cee79494ad12ad672bd36978a"
+SOURCE_COMMIT = "669c7caed7d78e7282fb9ef278feb1120b7f099b"
 RECORD = {
-    "idea": "024-fixed-launch",
-    "record_id": "20261205T120140Z-e2acc143",
-    "sha256": "7fdc6c376385f446648d53529f5e3cbfcda7db9fe0c718e81dc35bf86e1c8028",
+    "idea": "025-saved-gate-cumsum",
+    "record_id": "20261207T101241Z-93364773",
+    "sha256": "7fb28614092e806098fbb3bc890af8b6c1e1ea330b6cb2ed8e13a66391faf248",
 }
 KNOBS = {
     "KDA_DAV_STAGES": 3,
@@ -95,27 +95,29 @@ SOURCE_FILES = {
     "ladder/kernels/kda/ideas/024-fixed-launch/intra_fwd.py": "4ff4ab8ab00086ba422dfac71d4f8c1633bdbfc3562529ebe5c6a476e20c58ec",
     "ladder/kernels/kda/ideas/024-fixed-launch/kernel.py": "74a8ea520e185080d52cb130513ead6d87277d1c99a4751606272bf09610823e",
     "ladder/kernels/kda/ideas/024-fixed-launch/launch.py": "7fdba84ed5d05b3206ae09d5a8321422dc803a7f34dcee10eafe3feffac2ec61",
+    "ladder/kernels/kda/ideas/025-saved-gate-cumsum/kernel.py": "323174ae18f64c2ece7d83fd3c16ab82c5a0a85d3d7cec362b782b75ebb49702",
 }
 OUTPUT_FILES = {
-    "package/src/kernel_fun/kda/_kernels/__init__.py": "f0e8d90a5b131969a8a63ee51fce87bc539be8adb3c77cb9610eb74150b8a477",
-    "package/src/kernel_fun/kda/_kernels/chain11.py": "f73799e21db9b50b50dc111ba9c0a548e0f0f52845ebbd699f23572f6410fe00",
-    "package/src/kernel_fun/kda/_kernels/chain12.py": "6d1004da30a034c395e71abe63f3dd5c7ec6cca537f65538622db7593e31ed82",
-    "package/src/kernel_fun/kda/_kernels/chain14.py": "42d7e4ada36b76399476f76f312c37838d2f252fdf6a219306d8c1076692c737",
-    "package/src/kernel_fun/kda/_kernels/chain24.py": "7b144684e20914fb37931700a516746a46b182042a80314fbfd023623cc24c78",
-    "package/src/kernel_fun/kda/_kernels/chain_stages5.py": "ee8b26c6c87451a37b055cf8fe8356212c84ac872eae7a796b635fa7592fa1d8",
-    "package/src/kernel_fun/kda/_kernels/dhu6.py": "6a7b5f65bc202d3ba7f82c521f0d202646b84af278a8ebc833064bc67ec6da41",
-    "package/src/kernel_fun/kda/_kernels/fwd19.py": "c8e96d4ce55761d2314ac1de49f021e48d2936dbbba7110189eaa189d990fe34",
-    "package/src/kernel_fun/kda/_kernels/fwd8.py": "875d10c0655e218c0e0965e52c1f173106014597e7f77c62df7931c79cddfe88",
-    "package/src/kernel_fun/kda/_kernels/fwdh20.py": "26c10af945af59161255fee0635487cca93517ae75664d040ce6925c07c13caf",
-    "package/src/kernel_fun/kda/_kernels/gate9.py": "26f0ed9fe8a53279d1366b233a3d277f790443664047d683cbf0242b11510b28",
-    "package/src/kernel_fun/kda/_kernels/intra14.py": "d122dd8b214a85db772b78b67b38cc8e7781d3aa2ed89885cc8a9c86adbcc1ac",
-    "package/src/kernel_fun/kda/_kernels/intra3.py": "95e7efdd7c5e7bb14b6c66dad1f22e96c39bae2fd89f415eac312510a0f5a126",
-    "package/src/kernel_fun/kda/_kernels/intrafwd12.py": "8043438d2a7d402d250ddce580ddb25d202f47eae28803df4061809f416ceb46",
-    "package/src/kernel_fun/kda/_kernels/intrafwd19.py": "80d4a59b431adbc5504b414b98a6231bb0e050bca105abe763ac66646a8c55ba",
-    "package/src/kernel_fun/kda/_kernels/intrafwd22.py": "888e547d6ae9791b61bd89677b0b6441f90cc21e5bb1e752fbb4ace305995983",
-    "package/src/kernel_fun/kda/_kernels/intrafwd24.py": "be3218f51fd77dd6430a32216850de7b087b15cbd5b55692989cb153843f57ab",
-    "package/src/kernel_fun/kda/_kernels/launch24.py": "470a0eadb36cb94d2b2f74c157364cf0f26ea22119dddb0e8b8c9ac0a9195f29",
-    "package/src/kernel_fun/kda/_kernels/wy5.py": "44b8c1596d06095610cedc5f6c997f640da3068b64fdea1ccf4fe838e6bd4a36",
+    "package/src/kernel_fun/kda/_kernels/__init__.py": "0a3be759bd97a95511239e152fbaa9b0e82c08031c77ae5ecbec69495be7a5a2",
+    "package/src/kernel_fun/kda/_kernels/chain11.py": "11b9f328156b69c5376046eb4fb4b9ab013e616dbb0675b40829ec97c3c1b101",
+    "package/src/kernel_fun/kda/_kernels/chain12.py": "da55c2d93b4cd98f6f80be37d4f756d558378d3f93a090a66afca4879f624956",
+    "package/src/kernel_fun/kda/_kernels/chain14.py": "847a95503bde3d1346b8519309e088474f15e65de664779e24080fce2e097092",
+    "package/src/kernel_fun/kda/_kernels/chain24.py": "575b0a977c1d78d41cfebfd462806841c9ef214089863bdee0497be98888d776",
+    "package/src/kernel_fun/kda/_kernels/chain25.py": "c70ac296d6947380b6f8c9e874ab3d21dbf63f5a53ac0b70cf72c6afba7b8637",
+    "package/src/kernel_fun/kda/_kernels/chain_stages5.py": "2d3bd7d394a04814e83dd83ac9eb97ab38127f319e86efc4bb633706856451ad",
+    "package/src/kernel_fun/kda/_kernels/dhu6.py": "966033148de8499f7efdb69a51e6d0d62cbad35e1741389f01b958558aacd9a2",
+    "package/src/kernel_fun/kda/_kernels/fwd19.py": "7db54ebb46218f8d06aff1791b7b565fb62f41d981933ea962a52c069a9c7d60",
+    "package/src/kernel_fun/kda/_kernels/fwd8.py": "0e9c44b4e1a08560e2d7ffaa7fd4f20ccadfbdae35ef06cd7ba6700c1f83fc53",
+    "package/src/kernel_fun/kda/_kernels/fwdh20.py": "6979a110a9fa9685b2df0adc151d89500e515daf4116a14027c75fd5edf6ceca",
+    "package/src/kernel_fun/kda/_kernels/gate9.py": "6d2bd635224c54783f9bffa85500f5039db3ef728bb0197bd599a8089eccefae",
+    "package/src/kernel_fun/kda/_kernels/intra14.py": "a4ccee945578acbb7a985ce0636b21a0bc54e2d44c2c516d58ba9cb1b9bf6d07",
+    "package/src/kernel_fun/kda/_kernels/intra3.py": "c9ad89a534a1f4fd053b59ff6ffe40faa318e6fc641c263cb62f0ad62e4678de",
+    "package/src/kernel_fun/kda/_kernels/intrafwd12.py": "8530105280129408af5b71d8decd611237d2cc506da5da72781e73038525f872",
+    "package/src/kernel_fun/kda/_kernels/intrafwd19.py": "e2f4f31646d166f09bf00f214586fb9644b1ee44faac2d8f6df2864ad9ca4817",
+    "package/src/kernel_fun/kda/_kernels/intrafwd22.py": "f1c0091d144dc295d405beb0950b1398b2d2a72e0814b141997999251ec613bc",
+    "package/src/kernel_fun/kda/_kernels/intrafwd24.py": "6bb14d30f4e735d939a4148ff3ebc90fe549eca35c572b1923c2cae9349749e6",
+    "package/src/kernel_fun/kda/_kernels/launch24.py": "4415bb554f94b019643bd9ef7c227070a7752a1aca37eac5607fdabfaef8b121",
+    "package/src/kernel_fun/kda/_kernels/wy5.py": "5d495725f302256d35fccdbc6473bf4a60f62743438023d0d225076c806969a3",
 }
 VENDOR = {
     "libcst": "1.9.0",

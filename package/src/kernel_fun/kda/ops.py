@@ -13,18 +13,18 @@ operation of our path runs inside one `torch.autograd.Function`, and every launc
 under `torch.cuda.device(q.device)`, so a call on tensors of a device that is not the
 current one works.
 
-Autotuning and warmup. The promoted chain (ladder idea kda/024) launches every kernel it
-runs at a fixed configuration, untuned: its own kernels (the forward's fused state pass and
-output and diagonal score tiles, the backward's fused WY stage, intra-chunk stage and gate
-tail) and the fla kernels it reuses (the L2 norm and its backward, the gate cumsum, the
-off-diagonal tiles and solve, w/u, dAv, the state recompute and the state gradient), which
-it launches by name at the configurations fla's autotuner picked at prod
-(`_kernels/launch24.py`; the names and keywords are in `_common.compat.FLA_SYMBOLS`). The
-L2 norm's NB, a constexpr fla's kernels take only as an autotune key, is passed as 1 at
-every T, so a new T compiles nothing either. Two cases still go through fla's autotuner:
-K above 128 (fla's forward stages and state kernels) and, with safe_gate, the forward's
-intra-chunk stage (fla's). Read from fla 0.6.0 (`key=[...]` of every autotuned kernel those
-stages launch):
+Autotuning and warmup. The promoted chain (ladder idea kda/025, with kda/024's launches)
+launches every kernel it runs at a fixed configuration, untuned: its own kernels (the
+forward's fused state pass and output and diagonal score tiles, the backward's fused WY
+stage, intra-chunk stage and gate tail) and the fla kernels it reuses (the L2 norm and its
+backward, the gate cumsum, the off-diagonal tiles and solve, w/u, dAv, the state recompute
+and the state gradient), which it launches by name at the configurations fla's autotuner
+picked at prod (`_kernels/launch24.py`; the names and keywords are in
+`_common.compat.FLA_SYMBOLS`). The L2 norm's NB, a constexpr fla's kernels take only as an
+autotune key, is passed as 1 at every T, so a new T compiles nothing either. Two cases still
+go through fla's autotuner: K above 128 (fla's forward stages and state kernels) and, with
+safe_gate, the forward's intra-chunk stage (fla's). Read from fla 0.6.0 (`key=[...]` of
+every autotuned kernel those stages launch):
 
   * no kernel keys on T itself. chunk_delta_h (fwd_h, bwd_dhu), kda/chunk_intra,
     kda/chunk_intra_token_parallel, kda/wy_fast, kda/chunk_bwd (dAv), kda/gate
