@@ -45,6 +45,7 @@ IDEAS = (
     "022",
     "023",
     "024",
+    "026",
 )
 
 SCRIPT = textwrap.dedent(
