@@ -27,7 +27,7 @@ from ladder.kernels.kda.ideas.i026 import intra_fwd
 
 __all__ = ["CASES", "STAGES", "kda_bwd", "kda_bwd_chain", "kda_fwd", "kda_fwd_chain"]
 
-CASES = k25.CASES
+CASES = ("dense", "varlen", "gva", "state", "lower_bound", "neg_eigval")  # kda/025's
 STAGES = dataclasses.replace(k25.STAGES, intra_fwd=intra_fwd.fwd_intra)
 kda_fwd_chain = k25.kda_fwd_chain
 kda_bwd_chain = k25.kda_bwd_chain
