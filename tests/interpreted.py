@@ -126,3 +126,22 @@ def kda_chain_inputs(
             r(HV) * 0.5, r(HV * K) * 0.5, K**-0.5, r(N, HV, V, K) if state else None, state, cu,
             lower_bound, lower_bound is not None, False)  # fmt: skip
     return args, r(B, T, HV, V), r(N, HV, V, K) if state else None
+
+
+def count_launches(calls: Any, kernels: dict[str, Any] | None = None) -> None:
+    """Count launches into the Counter ``calls``: every fla autotuner loaded so far (under the
+    tuned kernel's name, one per launch through the autotuner) and each of ``kernels``
+    (label -> a Triton kernel, under its label). Wraps each one's ``run`` in place; call it in
+    the script after the modules that hold them are imported."""
+    from kernel_fun._testing import autotuners
+
+    mods = [m for k, m in list(sys.modules.items()) if k.startswith("fla.") and m is not None]
+    wrapped = {name.rsplit(".", 1)[-1]: t for name, t in autotuners(mods).items()}
+    wrapped.update(kernels or {})
+    for label, obj in wrapped.items():
+
+        def run(*a: Any, _run: Any = obj.run, _label: str = label, **kw: Any) -> Any:
+            calls[_label] += 1
+            return _run(*a, **kw)
+
+        obj.run = run

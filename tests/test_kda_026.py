@@ -21,31 +21,21 @@ from tests.interpreted import run_interpreted
 
 SCRIPT = textwrap.dedent(
     r"""
-    import collections, dataclasses, importlib, json, sys
+    import collections, dataclasses, importlib, json
     import torch
     import ladder  # the idea import finder
     import fla.ops.kda  # noqa: F401
-    from kernel_fun._testing import autotuners
-    from tests.interpreted import fla_on_the_interpreter, kda_chain_inputs, without_cuda_device
+    from tests.interpreted import (count_launches, fla_on_the_interpreter, kda_chain_inputs,
+                                   without_cuda_device)
 
     fla_on_the_interpreter()
     without_cuda_device()
 
-    calls = collections.Counter()
-    mods = [m for k, m in list(sys.modules.items()) if k.startswith("fla.") and m is not None]
-    for name, tuner in autotuners(mods).items():
-        def run(*a, _run=tuner.run, _name=name.rsplit(".", 1)[-1], **kw):
-            calls[_name] += 1
-            return _run(*a, **kw)
-        tuner.run = run
-
     i22 = importlib.import_module("ladder.kernels.kda.ideas.i022.intra_fwd")
     i23 = importlib.import_module("ladder.kernels.kda.ideas.i023.intra_fwd")
-    for label, kern in (("diag-022", i22.kda_fwd_diag_kernel), ("diag-023", i23.kda_fwd_diag_kernel)):
-        def krun(*a, _run=kern.run, _label=label, **kw):
-            calls[_label] += 1
-            return _run(*a, **kw)
-        kern.run = krun
+    calls = collections.Counter()
+    count_launches(calls, {"diag-022": i22.kda_fwd_diag_kernel,
+                           "diag-023": i23.kda_fwd_diag_kernel})
 
     k23 = importlib.import_module("ladder.kernels.kda.ideas.i023.kernel")
     k25 = importlib.import_module("ladder.kernels.kda.ideas.i025.kernel")
