@@ -17,6 +17,7 @@ import textwrap
 
 import pytest
 
+from tests import test_kda_024
 from tests.interpreted import run_interpreted
 
 SCRIPT = textwrap.dedent(
@@ -86,11 +87,7 @@ SCRIPT = textwrap.dedent(
 
 # fla's forward intra-chunk stage for the bounded gate (``safe_gate``), autotuned in kda/024's
 # chain and so in kda/025's and kda/026's
-SAFE_GATE_INTRA = {
-    "chunk_kda_fwd_kernel_intra_sub_chunk": 1,
-    "chunk_kda_fwd_kernel_inter_solve_fused": 1,
-    "recompute_w_u_fwd_kda_kernel": 1,
-}
+SAFE_GATE_INTRA = test_kda_024.SAFE_GATE_INTRA["lower-bound"]
 
 
 @pytest.mark.slow
