@@ -62,6 +62,7 @@ prodtime:  ## fla vs kernel_fun at the production call and in a KDA layer step (
 	$(PY) tools/prodtime.py --out $(OUT)/prodtime.json
 
 fsdp2:  ## 2-layer KDA stack under FSDP2 on 2 GPUs, fla vs patch_fla(): same loss curve? (torchrun)
+	@$(PY) -c "import sys, torch; n = torch.cuda.device_count(); sys.exit(0 if n >= 2 else f'make fsdp2: {n} CUDA GPU(s) visible, 2 needed: run it on a machine with 2 GPUs; tests/test_fsdp2_kda.py checks the plumbing on the CPU (--backend gloo --stand-in)')"
 	$(PY) -m torch.distributed.run --standalone --nproc_per_node 2 tools/fsdp2_kda.py --out $(OUT)/fsdp2.json
 
 device:  ## GPU stages in one call, logs and records under OUT (STAGES="env cconv layer ...")

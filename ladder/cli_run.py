@@ -421,7 +421,8 @@ def bench(
         bool, typer.Option("--allow-dirty", help="Bench a dirty tree (record dirty=true).")
     ] = False,
     out: Annotated[
-        Path | None, typer.Option("--out", help="Write the record here, not in records/.")
+        Path | None,
+        typer.Option("--out", help="A folder to write the record into, not the idea's records/."),
     ] = None,
     rounds: Annotated[int, typer.Option(help="Interleaved blocks per side.")] = 8,
     reps: Annotated[int, typer.Option(help="Timed calls per block.")] = 25,

@@ -91,7 +91,8 @@ def kernels_dir(root: Path | None = None) -> Path:
         if cand.is_dir():
             return cand
     raise LadderError(
-        f"no ladder/kernels folder under {root}; pass the repository root with --root"
+        f"no ladder/kernels folder under {root}; pass the repository root with --root "
+        f"(or set LADDER_ROOT to it)"
     )
 
 

@@ -474,6 +474,9 @@ def knob_rows(
             except knobs.KnobError as exc:
                 value, error = raw, str(exc).split(": ", 1)[-1]
         rule = rules.get(key)
+        if error is None and raw is not None and rule is not None and not rule[1](value):
+            # check and bench refuse it (``_check_knob_rules``): say so here too
+            error = f"must be {rule[0]} (family KNOB_RULES)"
         rows.append(
             {
                 "key": key,

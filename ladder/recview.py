@@ -26,10 +26,11 @@ __all__ = ["compare", "find_record", "rank_line", "render_compare", "render_show
 DIRECTIONS = ("fwd", "bwd", "fwdbwd")
 
 
-def find_record(family: str, ref: str, root: Path | None = None) -> dict:
+def find_record(family: str, ref: str, root: Path | None = None, ideas_too: bool = False) -> dict:
     """The record ``ref`` of ``family``: a path to a record file, a record_id, or a unique
     prefix of one. Raises LadderError (one line) when nothing or more than one record
-    matches, or RecordError when the file is not a valid record."""
+    matches (``ideas_too``: the caller also took ``ref`` as an idea, and the message lists
+    the ideas), or RecordError when the file is not a valid record."""
     ref = str(ref).strip()
     as_path = Path(ref)
     if ref.endswith(".json") or as_path.is_file():
@@ -50,11 +51,23 @@ def find_record(family: str, ref: str, root: Path | None = None) -> dict:
     if len(exact) == 1 or len(found) == 1:
         return records.read_record((exact or found)[0])
     if not found:
+        if ideas_too:
+            raise LadderError(
+                f"no {family} record or idea {ref!r}; give a record id (`python -m ladder "
+                f"board {family} --json` lists them) or an idea "
+                f"({', '.join(paths.list_ideas(family, root))})"
+            )
         raise LadderError(
             f"no {family} record {ref!r}; `python -m ladder board {family} --json` lists the "
             f"record ids"
         )
     some = ", ".join(f"{p.parent.parent.name}/{p.stem}" for p in found[:4])
+    if exact:  # the same full id under several ideas: only a path tells them apart
+        where = ", ".join(str(p) for p in exact[:4])
+        raise LadderError(
+            f"record id {ref!r} of {family} is in more than one idea's records ({some}); "
+            f"give the record's path ({where})"
+        )
     raise LadderError(f"record {ref!r} of {family} is ambiguous ({some}); give more of the id")
 
 
@@ -65,7 +78,7 @@ def resolve_side(family: str, ref: str, root: Path | None, device: str | None) -
     try:
         folder = paths.resolve_idea(family, ref, root)
     except paths.UnknownIdea:
-        return find_record(family, ref, root)
+        return find_record(family, ref, root, ideas_too=True)
     from ladder.board import best_record
 
     fam = paths.load_family(family, root)

@@ -153,6 +153,25 @@ def test_a_process_without_a_gpu_exits_2_with_what_to_do(tmp_path: Path) -> None
     assert "no CUDA GPU visible" in res.stderr and "--stand-in" in res.stderr
 
 
+def test_make_fsdp2_without_two_gpus_refuses_in_one_line_before_torchrun(tmp_path: Path) -> None:
+    """`make fsdp2` where fewer than 2 GPUs are visible: one line that says what is missing
+    and where the CPU check lives, from a check made before torchrun starts (so no
+    ChildFailedError traceback follows it), and no report."""
+    env = _env(CUDA_VISIBLE_DEVICES="")
+    res = subprocess.run(
+        ["make", "-s", "fsdp2", f"PY={sys.executable}", f"OUT={tmp_path}"], cwd=ROOT, env=env,
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert res.returncode != 0, res.stdout + res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if not ln.startswith("make: ")]
+    assert lines == [
+        "make fsdp2: 0 CUDA GPU(s) visible, 2 needed: run it on a machine with 2 GPUs; "
+        "tests/test_fsdp2_kda.py checks the plumbing on the CPU (--backend gloo --stand-in)"
+    ], res.stderr
+    assert "Traceback" not in res.stdout + res.stderr
+    assert not (tmp_path / "fsdp2.json").exists()
+
+
 def test_help_explains_the_stand_in_and_hides_the_self_test() -> None:
     res = subprocess.run(
         [sys.executable, str(SCRIPT), "--help"], cwd=ROOT, env=_env(), capture_output=True,

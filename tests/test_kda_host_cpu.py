@@ -22,7 +22,9 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 
 def test_counts_each_chains_launches_and_autotuned_launches(tmp_path: Path) -> None:
     out = tmp_path / "host.json"
-    proc = _run("022", "024", "--calls", "2", "--rounds", "1", "--out", str(out))
+    # five interleaved rounds: the report's medians then hold against one round that a busy
+    # host slowed (with one round, a forward block once took twice the forward+backward's)
+    proc = _run("022", "024", "--calls", "3", "--rounds", "5", "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
     rep = json.loads(out.read_text())
     i22, i24 = rep["ideas"]["022"], rep["ideas"]["024"]

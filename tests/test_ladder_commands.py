@@ -94,6 +94,24 @@ def test_knobs_of_an_idea_include_the_modules_it_imports_and_the_rules(tmp_path:
         assert key in table.stdout
 
 
+def test_knobs_marks_a_value_outside_the_rules_unusable(monkeypatch) -> None:
+    # a value that parses but breaks the family's KNOB_RULES is one check and bench refuse:
+    # knobs says so, with the rule, and still lists the other knobs as usable
+    fam = paths.load_family("kda")
+    key = "KDA_DAV_STAGES"
+    allowed, test = fam.KNOB_RULES[key]
+    assert not test(99) and test(3)
+    monkeypatch.setenv(key, "99")
+    rows = json.loads(run("knobs", "kda", "25", "--json", root=None).stdout)["knobs"]
+    row = next(r for r in rows if r["key"] == key)
+    assert (row["value"], row["set"]) == (99, True)
+    assert row["error"] == f"must be {allowed} (family KNOB_RULES)"
+    assert all(r["error"] is None for r in rows if r["key"] != key)
+    monkeypatch.setenv(key, "3")
+    rows = json.loads(run("knobs", "kda", "25", "--json", root=None).stdout)["knobs"]
+    assert next(r for r in rows if r["key"] == key)["error"] is None
+
+
 def test_knobs_usage_errors() -> None:
     usage_error(run("knobs", "toy", "9"), "no idea '9'")
     usage_error(run("knobs", "nope", "1"), "unknown family")
@@ -179,6 +197,24 @@ def test_compare_ideas_by_their_best_records_and_only_common_shapes(tmp_path: Pa
     assert data["only_a"] == [s["name"] for s in best["shapes"][1:]]
     assert any(n.startswith("different triton") and "9.9.9" in n for n in data["notes"])
     usage_error(run("compare", "toy", "2", "1"), "002-no-bwd has no record")
+    # neither an idea nor a record: the message offers both kinds of argument
+    usage_error(run("compare", "toy", "9", "1"), "no toy record or idea '9'", "001-fast")
+    usage_error(run("compare", "toy", "fast-typo", "1"), "or an idea (000-base, 001-fast")
+
+
+def test_a_record_id_under_two_ideas_asks_for_a_path(tmp_path: Path) -> None:
+    # a record copied into another idea's folder: its full id cannot be made longer, so the
+    # message names the paths that tell the two apart
+    root = copy_toy(tmp_path)
+    rec = fixture("20260104T100000Z-767b7232")
+    src = idea_path(root, "001-fast") / "records" / f"{rec['record_id']}.json"
+    dup = idea_path(root, "003-wrong-taps") / "records" / src.name
+    dup.write_bytes(src.read_bytes())
+    err = usage_error(run("show", "toy", rec["record_id"], root=root), "give the record's path")
+    assert str(src) in err and str(dup) in err
+    assert "give more of the id" not in err
+    by_path = run("show", "toy", str(src), "--json", root=root)
+    assert json.loads(by_path.stdout) == rec
 
 
 # ------------------------------------------------------------------------------------------

@@ -55,8 +55,10 @@ def test_kernels_dir_accepts_repo_root_and_package_folder(tmp_path: Path) -> Non
     (repo / "ladder" / "kernels").mkdir(parents=True)
     assert paths.kernels_dir(repo) == (repo / "ladder" / "kernels").resolve()
     assert paths.kernels_dir(FIXTURE_ROOT) == FIXTURE_ROOT / "kernels"
-    with pytest.raises(paths.LadderError, match="no ladder/kernels folder"):
+    with pytest.raises(paths.LadderError, match="no ladder/kernels folder") as err:
         paths.kernels_dir(tmp_path / "empty")
+    # the root may come from --root or from LADDER_ROOT: the message names both
+    assert "--root" in str(err.value) and "LADDER_ROOT" in str(err.value)
 
 
 def test_finder_maps_numbered_packages_to_folders() -> None:
