@@ -537,3 +537,32 @@ def test_bench_a_timed_launch_sets_its_knobs_for_the_call_only() -> None:
     call = kda_stage_bench._at_launch(lambda m: (m.BK, m.NUM_WARPS), mod, dict(BK=16, NUM_WARPS=1))
     assert call() == (16, 1)
     assert (mod.BK, mod.NUM_WARPS) == (64, 4)
+
+
+@pytest.mark.slow
+def test_027s_walk_and_diagonal_kernel_compile_as_its_notes_say() -> None:
+    """The static compile behind kda/027's NOTES.md: its walk (forming w and u itself) at its
+    default launch (BV 128, 8 warps, 2 stages) fits one program per SM with more shared memory
+    than kda/019's walk (v, A and beta staged in place of u and w); at BV 64 it
+    does not spill. Its diagonal kernel is kda/022's with the kb and kg stores: more memory
+    instructions, the same programs per SM."""
+    import kda_wy_sass
+    from cconv_sass import sass_stats
+
+    assert kda_wy_sass.idea_launch("027", "fwdho") == [128, 8, 2]
+    try:
+        k19 = kda_wy_sass.compile_fwdho("019", 128, 8, 2)
+        k27 = kda_wy_sass.compile_fwdho("027", 128, 8, 2)
+        k27_64 = kda_wy_sass.compile_fwdho("027", 64, 8, 2)
+        d22 = kda_wy_sass.compile_fwddiag("022", 32, 1, 2)
+        d27 = kda_wy_sass.compile_fwddiag("027", 32, 1, 2)
+    except FileNotFoundError as exc:
+        pytest.skip(f"this Triton has no sm90 tools: {exc}")
+    s19, s27, s64 = (sass_stats(k.asm["cubin"]) for k in (k19, k27, k27_64))
+    assert kda_wy_sass.resident(s27["regs"], k27.metadata.shared, 8) == 1, s27
+    assert k27.metadata.shared > k19.metadata.shared, (k27.metadata.shared, k19.metadata.shared)
+    assert s64["stack"] == 0, (s27, s64)
+    t22, t27 = sass_stats(d22.asm["cubin"]), sass_stats(d27.asm["cubin"])
+    assert t27["mem"] > t22["mem"], (t22, t27)
+    r22 = kda_wy_sass.resident(t22["regs"], d22.metadata.shared, 1)
+    assert kda_wy_sass.resident(t27["regs"], d27.metadata.shared, 1) == r22, (t22, t27)

@@ -19,11 +19,12 @@ sub-chunk), kda/013 (one per chunk), kda/014 (kda/003's under a register cap) or
 (kda/003's with its deep diagonal tiles queued; its deep tiles' kernel printed on a
 second line) at each BK, warps, stages[, maxnreg], dense batch.
 `--stage fwddiag` compiles the forward's diagonal-tile kernel (``intra_fwd.kda_fwd_diag_kernel``)
-of kda/012, kda/015 to kda/017, kda/022 or kda/023 (022's and 023's: 012's and 017's writing
-qg too) at each BK, warps, stages[, exact_bk] (exact_bk: kda/015's exact path's K step; the
+of kda/012, kda/015 to kda/017, kda/022, kda/023 or kda/027 (022's and 023's: 012's and 017's
+writing qg too; 027's: 022's writing kb and kg too) at each BK, warps, stages[, exact_bk] (exact_bk: kda/015's exact path's K step; the
 others' kernels have none), dense batch, bf16 q and k.
-`--stage fwdho` compiles an idea's ``fwd.chunk_kda_fwd_kernel_h_o`` (kda/008, 019) at each
-BV, warps, stages, at the same sizes, with no initial or final state.
+`--stage fwdho` compiles an idea's ``fwd.chunk_kda_fwd_kernel_h_o`` (kda/008, 019), or kda/027's
+``fwd.chunk_kda_fwd_kernel_walk_wu``, at each BV, warps, stages, at the same sizes, with no
+initial or final state.
 `--stage fwdh` and `--stage dhu` compile fla 0.6.0's state kernels as an idea launches them at
 a fixed BV, warps, stages: the backward's recompute of the chunk states
 (``chunk_gated_delta_rule_fwd_kernel_h_blockdim64``, kda/020's ``fwdh.py``) and the state
@@ -64,8 +65,13 @@ INTRA_POINTERS = dict(q="*bf16", k="*bf16", g="*fp32", beta="*bf16", dAqk="*fp32
                       db2="*fp32", cu_seqlens="*i64", chunk_indices="*i64", Count="*i32",
                       Queue="*i32")  # fmt: skip
 FWDDIAG_POINTERS = dict(q="*bf16", k="*bf16", g="*fp32", beta="*bf16", Aqk="*bf16",
-                        Akkd="*fp32", qg="*bf16", First="*i32", cu_seqlens="*i64",
-                        chunk_indices="*i64")  # fmt: skip
+                        Akkd="*fp32", qg="*bf16", kb="*bf16", kg="*bf16", First="*i32",
+                        cu_seqlens="*i64", chunk_indices="*i64")  # fmt: skip
+# kda/027's walk, which forms w and u itself from kb, v, beta and the solved A (beta fp32: the
+# chain's sigmoid output)
+WALK_POINTERS = dict(qg="*bf16", kb="*bf16", kg="*bf16", v="*bf16", beta="*fp32", Akk="*bf16",
+                     gk="*fp32", Aqk="*bf16", o="*bf16", h0="*fp32", ht="*fp32",
+                     cu_seqlens="*i64")  # fmt: skip
 INTRA_KERNELS = {
     "003": "kda_bwd_intra_kernel",
     "013": "kda_bwd_intra_chunk_kernel",
@@ -116,9 +122,17 @@ def compile_wy(idea: str, bk: int, bv: int, warps: int, stages: int, maxnreg: in
 
 
 def compile_fwdho(idea: str, bv: int, warps: int, stages: int):
-    """Triton's compiled fused forward state pass and output of a kda idea (kda/008's, or
-    kda/019's reading qg [B, T, HV, K] in place of q) for sm90 at prod's sizes (dense batch,
-    no states), launched as its wrapper launches it."""
+    """Triton's compiled fused forward state pass and output of a kda idea (kda/008's, kda/019's
+    reading qg [B, T, HV, K] in place of q, or kda/027's forming w and u itself) for sm90 at
+    prod's sizes (dense batch, no states), launched as its wrapper launches it."""
+    import ladder  # noqa: F401  (the idea import finder)
+
+    mod = importlib.import_module(f"ladder.kernels.kda.ideas.i{idea.lstrip('i')}.fwd")
+    if hasattr(mod, "chunk_kda_fwd_kernel_walk_wu"):  # kda/027
+        fn = _jit(mod.chunk_kda_fwd_kernel_walk_wu)
+        consts = dict(HV=16, K=128, V=256, BT=64, BV=bv, USE_INITIAL_STATE=False,
+                      STORE_FINAL_STATE=False, IS_VARLEN=False)  # fmt: skip
+        return _compile_sm90(fn, WALK_POINTERS, consts, {"num_warps": warps, "num_stages": stages})
     fn = _idea_kernel(idea, "fwd", "chunk_kda_fwd_kernel_h_o")
     pointers = dict(FWDHO_POINTERS)
     consts = dict(HK=16, HV=16, K=128, V=256, BT=64, BV=bv, USE_INITIAL_STATE=False,
@@ -199,8 +213,8 @@ def compile_intra_deep(idea: str, bk: int, warps: int):
 
 
 def compile_fwddiag(idea: str, bk: int, warps: int, stages: int, exact_bk: int | None = None):
-    """Triton's compiled forward diagonal-tile kernel of a kda idea (kda/012, 015 to 017, 022, 023)
-    for sm90 at prod's sizes, dense batch, launched as its wrapper does; exact_bk (kda/015's
+    """Triton's compiled forward diagonal-tile kernel of a kda idea (kda/012, 015 to 017, 022, 023,
+    027) for sm90 at prod's sizes, dense batch, launched as its wrapper does; exact_bk (kda/015's
     exact path's K step) defaults to the idea's knob and is refused for a kernel without one."""
     import ladder  # noqa: F401  (the idea import finder)
 
@@ -289,8 +303,8 @@ def main(
     ),
     stage: str = typer.Option(
         "wy",
-        help="wy (the fused WY backward), fwdho (kda/008, 019), intra (kda/003, 013, 014, 018), "
-        "fwddiag (kda/012, 015 to 017, 022, 023), fwdh (kda/020) or dhu (kda/006)",
+        help="wy (the fused WY backward), fwdho (kda/008, 019, 027), intra (kda/003, 013, 014, "
+        "018), fwddiag (kda/012, 015 to 017, 022, 023, 027), fwdh (kda/020) or dhu (kda/006)",
     ),
 ) -> None:
     """Print registers, stack, shared memory, static SASS count and programs per SM, at each
