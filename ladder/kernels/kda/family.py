@@ -219,6 +219,8 @@ VENDOR = {
         "024-fixed-launch": {"kernel": "chain24", "intra_fwd": "intrafwd24", "launch": "launch24"},
         # 024 with the forward's gate cumsum saved for the backward (as fla saves its own)
         "025-saved-gate-cumsum": {"kernel": "chain25"},
+        # 025 with fla's forward w/u kernel folded into the state walk
+        "027-walk-wu": {"kernel": "chain27", "fwd": "fwd27", "intra_fwd": "intrafwd27"},
     },
 }
 
