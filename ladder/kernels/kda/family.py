@@ -221,6 +221,8 @@ VENDOR = {
         "025-saved-gate-cumsum": {"kernel": "chain25"},
         # 025 with fla's forward w/u kernel folded into the state walk
         "027-walk-wu": {"kernel": "chain27", "fwd": "fwd27", "intra_fwd": "intrafwd27"},
+        # 027 with the backward's w/u kernel folded into its recompute of the chunk states
+        "028-bwd-walk-wu": {"kernel": "chain28", "recompute": "recompute28"},
     },
 }
 
