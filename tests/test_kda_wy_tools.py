@@ -566,3 +566,27 @@ def test_027s_walk_and_diagonal_kernel_compile_as_its_notes_say() -> None:
     assert t27["mem"] > t22["mem"], (t22, t27)
     r22 = kda_wy_sass.resident(t22["regs"], d22.metadata.shared, 1)
     assert kda_wy_sass.resident(t27["regs"], d27.metadata.shared, 1) == r22, (t22, t27)
+
+
+@pytest.mark.slow
+def test_028s_recompute_walk_fits_two_programs_per_sm_as_flas_state_kernel() -> None:
+    """The static compile behind kda/028's NOTES.md: its walk at its default launch (BV 64,
+    4 warps, 2 stages, fla's state-recompute pick) fits two programs per SM, as fla's kernel
+    at that launch does, with more shared memory (A, v, beta and kb staged in place of w and
+    u) and more instructions (the w and u products); at 8 warps it does not spill."""
+    import kda_wy_sass
+    from cconv_sass import sass_stats
+
+    assert kda_wy_sass.idea_launch("028", "bwdwalk") == [64, 4, 2]
+    try:
+        k28 = kda_wy_sass.compile_bwdwalk("028", 64, 4, 2)
+        k28_8 = kda_wy_sass.compile_bwdwalk("028", 64, 8, 2)
+        fla = kda_wy_sass.compile_state("020", "fwdh", 64, 4, 2)
+    except FileNotFoundError as exc:
+        pytest.skip(f"this Triton has no sm90 tools: {exc}")
+    s28, s8, sf = (sass_stats(k.asm["cubin"]) for k in (k28, k28_8, fla))
+    assert kda_wy_sass.resident(s28["regs"], k28.metadata.shared, 4) == 2, s28
+    assert kda_wy_sass.resident(sf["regs"], fla.metadata.shared, 4) == 2, sf
+    assert k28.metadata.shared > fla.metadata.shared
+    assert s28["instrs"] > sf["instrs"], (s28, sf)
+    assert s8["stack"] == 0, s8

@@ -25,6 +25,9 @@ others' kernels have none), dense batch, bf16 q and k.
 `--stage fwdho` compiles an idea's ``fwd.chunk_kda_fwd_kernel_h_o`` (kda/008, 019), or kda/027's
 ``fwd.chunk_kda_fwd_kernel_walk_wu``, at each BV, warps, stages, at the same sizes, with no
 initial or final state.
+`--stage bwdwalk` compiles kda/028's backward recompute walk (``recompute.kda_bwd_walk_kernel``:
+w and u formed in the walk, h, v_new and w stored) at each BV, warps, stages, dense batch, no
+initial state.
 `--stage fwdh` and `--stage dhu` compile fla 0.6.0's state kernels as an idea launches them at
 a fixed BV, warps, stages: the backward's recompute of the chunk states
 (``chunk_gated_delta_rule_fwd_kernel_h_blockdim64``, kda/020's ``fwdh.py``) and the state
@@ -142,6 +145,23 @@ def compile_fwdho(idea: str, bv: int, warps: int, stages: int):
     else:
         consts["H"] = 16
     return _compile_sm90(fn, pointers, consts, {"num_warps": warps, "num_stages": stages})
+
+
+# kda/028's backward recompute: the walk forming w and u (and storing h, v_new and w), and
+# the row-wise qg/kb/kg kernel
+BWDWALK_POINTERS = dict(kb="*bf16", kg="*bf16", v="*bf16", beta="*fp32", A="*bf16", gk="*fp32",
+                        w="*bf16", v_new="*bf16", h="*bf16", h0="*fp32", cu_seqlens="*i64",
+                        chunk_offsets="*i64")  # fmt: skip
+
+
+def compile_bwdwalk(idea: str, bv: int, warps: int, stages: int):
+    """Triton's compiled backward recompute walk of a kda idea (kda/028's
+    ``recompute.kda_bwd_walk_kernel``) for sm90 at prod's sizes (dense batch, no initial
+    state), launched as its wrapper launches it."""
+    fn = _idea_kernel(idea, "recompute", "kda_bwd_walk_kernel")
+    consts = dict(HV=16, K=128, V=256, BT=64, BV=bv, USE_INITIAL_STATE=False, IS_VARLEN=False)
+    return _compile_sm90(fn, BWDWALK_POINTERS, consts, {"num_warps": warps, "num_stages": stages},
+                         scalars={"T": "i32"})  # fmt: skip
 
 
 STATE_KERNELS = {  # stage: (the idea's module, fla's kernel, its pointer arguments)
@@ -276,14 +296,14 @@ def resident(regs: int, smem: int, warps: int) -> int:
 def idea_launch(idea: str, stage: str) -> list[int]:
     """The launch an idea's module reads from its knobs (defaults or the KDA_* environment):
     wy [BK, BV, warps, stages] plus maxnreg when the idea caps it; intra [BK, warps, stages]
-    plus maxnreg likewise; fwdho, fwdh, dhu [BV, warps, stages]; fwddiag [BK, warps, stages] plus exact_bk
+    plus maxnreg likewise; fwdho, fwdh, dhu, bwdwalk [BV, warps, stages]; fwddiag [BK, warps, stages] plus exact_bk
     when the idea has one."""
     import ladder  # noqa: F401  (the idea import finder)
 
     module = {"wy": "wy", "intra": "intra", "fwddiag": "intra_fwd", "fwdh": "fwdh",
-              "dhu": "dhu"}.get(stage, "fwd")  # fmt: skip
+              "dhu": "dhu", "bwdwalk": "recompute"}.get(stage, "fwd")  # fmt: skip
     mod = importlib.import_module(f"ladder.kernels.kda.ideas.i{idea.lstrip('i')}.{module}")
-    if stage in ("fwdho", "fwdh", "dhu"):
+    if stage in ("fwdho", "fwdh", "dhu", "bwdwalk"):
         return [mod.BV, mod.NUM_WARPS, mod.NUM_STAGES]
     if stage == "fwddiag":  # exact_bk when the diagonal kernel itself takes it (kda/015)
         takes = "EXACT_BK" in _jit(mod.kda_fwd_diag_kernel).arg_names
@@ -298,19 +318,22 @@ def main(
     ideas: list[str] = typer.Argument(..., help="kda idea numbers, e.g. 004 005"),
     launch: list[str] = typer.Option(
         None,
-        help="wy: BK,BV,warps,stages[,maxnreg]; fwdho, fwdh, dhu: BV,warps,stages; "
+        help="wy: BK,BV,warps,stages[,maxnreg]; fwdho, fwdh, dhu, bwdwalk: BV,warps,stages; "
         "intra: BK,warps,stages[,maxnreg]; fwddiag: BK,warps,stages[,exact_bk] (repeatable)",
     ),
     stage: str = typer.Option(
         "wy",
         help="wy (the fused WY backward), fwdho (kda/008, 019, 027), intra (kda/003, 013, 014, "
-        "018), fwddiag (kda/012, 015 to 017, 022, 023, 027), fwdh (kda/020) or dhu (kda/006)",
+        "018), fwddiag (kda/012, 015 to 017, 022, 023, 027), fwdh (kda/020), dhu (kda/006) or "
+        "bwdwalk (kda/028)",
     ),
 ) -> None:
     """Print registers, stack, shared memory, static SASS count and programs per SM, at each
     --launch, or without one at each idea's own knob values."""
-    if stage not in ("wy", "fwdho", "intra", "fwddiag", "fwdh", "dhu"):
-        raise typer.BadParameter(f"--stage {stage!r}: wy, fwdho, intra, fwddiag, fwdh or dhu")
+    if stage not in ("wy", "fwdho", "intra", "fwddiag", "fwdh", "dhu", "bwdwalk"):
+        raise typer.BadParameter(
+            f"--stage {stage!r}: wy, fwdho, intra, fwddiag, fwdh, dhu or bwdwalk"
+        )
     form, counts = {"wy": ("BK,BV,warps,stages[,maxnreg]", (4, 5)),
                     "intra": ("BK,warps,stages[,maxnreg]", (3, 4)),
                     "fwddiag": ("BK,warps,stages[,exact_bk]", (3, 4))}.get(stage, ("BV,warps,stages", (3,)))  # fmt: skip
@@ -355,6 +378,8 @@ def main(
                     bv, warps, stages = parts
                     if stage == "fwdho":
                         k = compile_fwdho(idea, bv, warps, stages)
+                    elif stage == "bwdwalk":
+                        k = compile_bwdwalk(idea, bv, warps, stages)
                     else:
                         k = compile_state(idea, stage, bv, warps, stages)
                     what = f"BV {bv} warps {warps} stages {stages}"
