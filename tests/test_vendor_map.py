@@ -60,6 +60,14 @@ def test_vendor_idea_refusals_on_the_real_repository_say_why():
         tool.select_record(repo, spec, sha, "004-exact-sigmoid", None)
     assert "the winner rule, over every cconv record, says" in str(info.value)
     assert "<idea>" not in str(info.value)
+    # 015's passed records are all on an H100, cconv's target is the H200: the refusal says so
+    # and names the bench to run, not the winner rule over every record
+    assert spec.target_device == "H200"
+    with pytest.raises(vl.VendorError, match="none on the family's target device 'H200'") as info:
+        tool.select_record(repo, spec, sha, "015-pipelined-loops", None)
+    assert "H100 80GB HBM3" in str(info.value) and "make bench FAMILY=cconv IDEA=015" in str(
+        info.value
+    )
     with pytest.raises(vl.VendorError, match="no single idea '²'"):
         vl.resolve_idea_ref(repo, sha, spec, "²")
     # a record of the baseline is refused as the baseline's, whatever --idea says

@@ -154,6 +154,15 @@ def _explain_no_record(
             f"but the idea's code at {commit[:12]} is {current[:12]}; re-bench it: "
             f"{vl.rebench_hint(spec, idea)}"
         )
+    target = spec.target_device.lower()
+    if good and not any(target in r["device"]["name"].lower() for r in good):
+        devices = sorted({r["device"]["name"] for r in good})
+        raise vl.VendorError(
+            f"idea {idea}'s {len(good)} passed record(s) are on {', '.join(devices)}, none on "
+            f"the family's target device {spec.target_device!r} (TARGET_DEVICE in "
+            f"ladder/kernels/{spec.family}/family.py); bench it there: "
+            f"{vl.rebench_hint(spec, idea)}"
+        )
     if good and why is not None:
         reason = str(why).replace("<idea>", idea[:3])
         raise vl.VendorError(
