@@ -122,5 +122,5 @@ OUTPUT_FILES = {
 VENDOR = {
     "libcst": "1.9.0",
     "ruff": "0.17.6",
-    "tool_sha256": "735f29b6266a8db60dd6cebda8f79b6cd7762dc357282dd6e9bbd4cca4469621",
+    "tool_sha256": "05d5d4ebae1998a56b87c31e93a3089595f6c14eddfa5e1e1caf30ee36a6d0d5",
 }
