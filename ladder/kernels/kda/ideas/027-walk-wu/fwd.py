@@ -16,12 +16,12 @@ an H100). Here the walk forms, per chunk,
     w = A kb               kb = k beta 2^g from the diagonal kernel (``intra_fwd.py``)
 
 each rounded to its dtype as fla's kernel stores it, then goes on as kda/019's walk. So it
-reads v, beta and A [BT, BT] instead of u and w (per chunk and V block of 128 at K 128: 16 +
-8 KiB in place of 16 + 16 KiB, plus 256 bytes of beta), and fla's w/u kernel, its reads of
-k, v and the gate and its writes of w, u and kg, are gone; the diagonal kernel writes kb and
-kg (two bf16 stores per key element). Two more [BT, BT] x [BT, .] products per chunk and V
-block (u, and w once per V block: at BV 128, two programs form each chunk's w) sit on the
-walk's path, off the state's dependence chain.
+reads v, A [BT, BT], kb and beta instead of u and w (per chunk and V block of 128 at K 128:
+16 + 8 + 16 KiB and 256 bytes of beta in place of 16 + 16 KiB), and fla's w/u kernel, its
+reads of k, v and the gate and its writes of w, u and kg, are gone; the diagonal kernel
+writes kb and kg (two bf16 stores per key element). Two more [BT, BT] x [BT, .] products
+per chunk and V block (u, and w once per V block: at BV 128, two programs form each chunk's
+w) sit on the walk's path, off the state's dependence chain.
 
 Arithmetic: fla's w/u kernel's products on the same operands (A, v beta and kb in the
 inputs' dtype, fp32 accumulation, rounded to the inputs' dtype), then kda/019's walk on them.

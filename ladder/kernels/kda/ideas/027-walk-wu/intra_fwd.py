@@ -84,6 +84,7 @@ def kda_fwd_diag_kernel(
     rows = i0 + o_i
     m_r = rows < L
     b_b = tl.load(beta + rows * HV, mask=m_r, other=0.0).to(tl.float32)
+    b_braw = tl.load(beta + rows * HV, mask=m_r, other=0.0)  # in beta's dtype, as fla's kb
     b_aq = tl.zeros([BC, BC], dtype=tl.float32)
     b_ak = tl.zeros([BC, BC], dtype=tl.float32)
     b_bad = tl.zeros([BC], dtype=tl.int32)
@@ -99,7 +100,7 @@ def kda_fwd_diag_kernel(
         # fla's w/u kernel's operands, formed as it forms them: q 2^g, (k beta) 2^g and
         # k 2^(g_last - g), each rounded to its tensor's dtype
         tl.store(qg + p_rk, (b_q.to(tl.float32) * b_eg).to(qg.dtype.element_ty), mask=m_rk)
-        b_kb = b_k * b_b[:, None]
+        b_kb = b_k * b_braw[:, None]
         b_kb *= b_eg
         tl.store(kb + p_rk, b_kb.to(kb.dtype.element_ty), mask=m_rk)
         b_gn = tl.load(g + last * SG + o_k, mask=m_k, other=0.0)

@@ -171,7 +171,7 @@ def kda_bwd_walk_kernel(
         o_t = (i_t * BT + o_i).to(tl.int64)
         m_t = o_t < T
         # the state before this chunk, stored as fla's kernel stores it (V-first)
-        p_h = h + i_t * (HV * K * V) + o_v[:, None] * K
+        p_h = h + o_v[:, None] * K  # h: this chunk's state (advanced below, 64-bit)
         tl.store(
             p_h + o_k1[None, :], b_h1.to(h.dtype.element_ty), mask=m_v[:, None] & m_k1[None, :]
         )
@@ -210,6 +210,7 @@ def kda_bwd_walk_kernel(
             b_k = tl.load(kg + o_k2[:, None] + o_t[None, :] * SK,
                           mask=m_k2[:, None] & m_t[None, :], other=0.0)  # fmt: skip
             b_h2 += tl.trans(tl.dot(b_k, b_v))
+        h += HV * K * V  # the next chunk's state (pointer arithmetic: no 32-bit product)
 
 
 def _check(q, k, v, g, beta, A, h0, cu_seqlens, chunk_indices) -> int:
