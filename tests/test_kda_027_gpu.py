@@ -7,8 +7,9 @@ The arithmetic is fla's w/u kernel's (the same operands, [64, 64] by [64, n] bf1
 with fp32 accumulation, the same roundings) followed by kda/019's walk, so a difference in
 any bit is a defect (an operand formed differently, a rounding skipped), not rounding noise.
 Cases: dense at K 128 V 256 with a ragged last chunk, a packed batch with GVA and states in
-and out, a gate of tens of nat per token (most diagonal rows on kda/012's exact loop), and
-beta near its bound 2 (allow_neg_eigval)."""
+and out, a gate of tens of nat per token (most diagonal rows on kda/012's exact loop), beta
+near its bound 2 (allow_neg_eigval), dense GVA at K 64, and the bounded gate (where the
+forward is kda/025's)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,10 @@ CASES = [
     family.Shape("deep-gate", 2, 1000, 2, 2, 128, 256, case="state", state=True, g_mean=3.0,
                  beta_mean=6.0),
     family.Shape("neg-eigval", 2, 1000, 2, 2, 128, 256, allow_neg_eigval=True, beta_mean=6.0),
+    # one 64-wide block of K (the walk's second block masked off), dense GVA
+    family.Shape("gva-k64", 2, 700, 2, 4, 64, 128, case="gva"),
+    # the bounded gate: kda/025's forward (fla's intra stage) under kda/027's entry point
+    family.Shape("lower-bound", 2, 1000, 2, 2, 128, 256, case="lower_bound", lower_bound=-5.0),
 ]  # fmt: skip
 
 
