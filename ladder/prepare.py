@@ -313,6 +313,14 @@ def _check_environment(
             ) from None
 
 
+def _rule_problem(rule: tuple[str, Any] | None, value: Any) -> str | None:
+    """What is wrong with ``value`` under one KNOB_RULES entry (allowed, test), None if
+    nothing or no rule: the words ``_check_knob_rules`` refuses with and ``knob_rows`` shows."""
+    if rule is None or rule[1](value):
+        return None
+    return f"must be {rule[0]} (family KNOB_RULES)"
+
+
 def _check_knob_rules(
     fam: ModuleType,
     found: Mapping[str, knobs.Knob],
@@ -329,11 +337,11 @@ def _check_knob_rules(
             value = knobs.parse_value(found[key], raw)
         except knobs.KnobError as exc:
             raise LadderError(f"{key}={raw} in the environment: {exc}") from None
-        allowed, test = rules[key]
-        if not test(value):
+        problem = _rule_problem(rules[key], value)
+        if problem:
             where = f"--knob {key}={raw}" if key in given else f"{key}={raw} in the environment"
             fix = "" if key in given else f"; unset it (`unset {key}`)"
-            raise LadderError(f"{where}: {key} must be {allowed} (family KNOB_RULES){fix}")
+            raise LadderError(f"{where}: {key} {problem}{fix}")
 
 
 def prepare_idea(
@@ -474,9 +482,8 @@ def knob_rows(
             except knobs.KnobError as exc:
                 value, error = raw, str(exc).split(": ", 1)[-1]
         rule = rules.get(key)
-        if error is None and raw is not None and rule is not None and not rule[1](value):
-            # check and bench refuse it (``_check_knob_rules``): say so here too
-            error = f"must be {rule[0]} (family KNOB_RULES)"
+        if error is None and raw is not None:  # check and bench refuse it: say so here too
+            error = _rule_problem(rule, value)
         rows.append(
             {
                 "key": key,
