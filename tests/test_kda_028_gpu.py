@@ -20,8 +20,6 @@ from tests.test_kda_027_gpu import AQK_SLOT, CASES, _lower
 
 pytestmark = pytest.mark.gpu
 
-CASES_028 = CASES  # the bounded gate among them: kda/025's forward, this idea's backward
-
 
 @pytest.fixture(scope="module")
 def mods():
@@ -43,7 +41,7 @@ def _args(shape):
     return args, do, dht
 
 
-@pytest.mark.parametrize("shape", CASES_028, ids=[s.name for s in CASES_028])
+@pytest.mark.parametrize("shape", CASES, ids=[s.name for s in CASES])
 def test_028_recompute_is_flas_w_u_and_state_kernels_bit_for_bit(mods, shape):
     launch, k25, _k28, recompute = mods
     args, _do, _dht = _args(shape)
@@ -60,7 +58,7 @@ def test_028_recompute_is_flas_w_u_and_state_kernels_bit_for_bit(mods, shape):
         assert torch.equal(a, b), (shape.name, name, float((a.float() - b.float()).abs().max()))
 
 
-@pytest.mark.parametrize("shape", CASES_028, ids=[s.name for s in CASES_028])
+@pytest.mark.parametrize("shape", CASES, ids=[s.name for s in CASES])
 def test_028_outputs_and_gradients_are_025s_bit_for_bit(mods, shape):
     _launch, k25, k28, _recompute = mods
     args, do, dht = _args(shape)

@@ -83,8 +83,8 @@ def kda_fwd_diag_kernel(
     o_i = tl.arange(0, BC)
     rows = i0 + o_i
     m_r = rows < L
-    b_b = tl.load(beta + rows * HV, mask=m_r, other=0.0).to(tl.float32)
     b_braw = tl.load(beta + rows * HV, mask=m_r, other=0.0)  # in beta's dtype, as fla's kb
+    b_b = b_braw.to(tl.float32)
     b_aq = tl.zeros([BC, BC], dtype=tl.float32)
     b_ak = tl.zeros([BC, BC], dtype=tl.float32)
     b_bad = tl.zeros([BC], dtype=tl.int32)
