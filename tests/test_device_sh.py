@@ -416,3 +416,26 @@ def test_the_layer_group_runs_apart_on_a_gpu_under_100000_mib(
     assert ("layer group runs after kda+common" in res.stderr) is apart, res.stderr
     for s in ("kda", "layer", "common"):
         assert (tmp_path / "out" / f"{s}.rc").read_text().startswith("rc=0 ")
+
+
+@pytest.mark.parametrize("seed", ["1", "0"])
+def test_fla_picks_are_seeded_before_the_stages_and_checked_after(
+    tmp_path: Path, seed: str
+) -> None:
+    """tools/seed_picks.py runs before any stage and again with --verify after the last one,
+    its output in $OUT/seed-picks.log; SEED_PICKS=0 runs neither."""
+    out = tmp_path / "out"
+    stamp = tmp_path / "order.txt"
+    body = f'echo "$*" >> {stamp}; echo ran "$@"'
+    env = fake_run_env(tmp_path, body, STAGES="drift", SEED_PICKS=seed)
+    res = sh(env=env, timeout=50)
+    assert res.returncode == 0, res.stdout + res.stderr
+    calls = stamp.read_text().splitlines()
+    if seed == "0":
+        assert not any("seed_picks" in c for c in calls)
+        assert not (out / "seed-picks.log").exists()
+        return
+    assert calls[0] == "tools/seed_picks.py" and calls[-1] == "tools/seed_picks.py --verify"
+    assert any(c.startswith("tools/drift.py") for c in calls[1:-1])
+    log = (out / "seed-picks.log").read_text()
+    assert "ran tools/seed_picks.py" in log and "ran tools/seed_picks.py --verify" in log

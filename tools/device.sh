@@ -21,7 +21,9 @@
 # .tc, an ignored folder carried with the call) are unpacked into TRITON_CACHE_DIR first, and TRITON_CACHE_SAVE=1 packs the cache into
 # $OUT/tc-all.part-* (15 MB parts) at the end, to copy into .tc/ for the next call;
 # TRITON_CACHE_SAVE=picks packs only the autotune picks (*.autotune.json), which skip the
-# timing of every config but not the compile of the picked one.
+# timing of every config but not the compile of the picked one. Before any stage,
+# tools/seed_picks.py writes fla's committed picks for this GPU model into the cache
+# ($OUT/seed-picks.log; SEED_PICKS=0 skips it), to the same effect without a carried cache.
 # On a cold machine the test groups are compile-bound: PYTEST_WORKERS=N runs the cconv, kda,
 # layer and common groups in N pytest-xdist processes, and KERNEL_FUN_TEST_FLA_CONFIGS=N
 # (package/tests/conftest.py) cuts fla's autotune lists to N configs for the package's tests
@@ -173,6 +175,14 @@ if compgen -G "$TRITON_CACHE_IN/tc-all.part-*" >/dev/null; then  # a previous ma
   fi
   rm -rf "$unpacked"
 fi
+# fla's committed autotune picks for this GPU model (docs/results/*-fla-picks-*.json), written
+# into Triton's cache so that fla skips its tuning at those keys; SEED_PICKS=0 leaves the
+# cache as it is. The end of the call says whether any seeded key was tuned again.
+if [[ ${SEED_PICKS:-1} != 0 && -f tools/seed_picks.py ]]; then
+  "$PY" tools/seed_picks.py >"$OUT/seed-picks.log" 2>&1 \
+    || echo "device.sh: seeding fla's picks failed ($OUT/seed-picks.log); fla tunes as usual" >&2
+  grep -E 'seeded [0-9]+ keys|nothing seeded' "$OUT/seed-picks.log" | sed 's/^/device.sh: /' >&2
+fi
 
 DONE=()
 run_stage() {  # name, command...; the outcome goes to $OUT/<name>.rc (stages may run at once)
@@ -307,6 +317,11 @@ for group in "${GROUPS_RUN[@]}"; do
   fi
   DONE+=("${members[@]}")
 done
+
+if [[ ${SEED_PICKS:-1} != 0 && -f tools/seed_picks.py ]]; then
+  "$PY" tools/seed_picks.py --verify >>"$OUT/seed-picks.log" 2>&1
+  grep -E 'seeded keys used|nothing seeded in' "$OUT/seed-picks.log" | tail -n 1 | sed 's/^/device.sh: /' >&2
+fi
 
 if [[ ${TRITON_CACHE_SAVE:-0} != 0 ]]; then
   rm -f "$OUT"/tc-all.part-*  # an earlier save's parts would join this one's archive
