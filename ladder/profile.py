@@ -25,6 +25,7 @@ configuration each picked for the keys it saw (``--json`` writes everything to a
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -220,10 +221,21 @@ def main(
         dirs = check_directions(directions)
         if top < 1:
             raise LadderError(f"--top must be at least 1, got {top}")
-        if json_out is not None and not json_out.parent.is_dir():
-            raise LadderError(
-                f"--json {json_out}: folder {json_out.parent} does not exist; create it first"
-            )
+        if seed < 0:
+            raise LadderError(f"--seed must be 0 or more, got {seed}")
+        if json_out is not None:
+            if json_out.is_dir():
+                raise LadderError(
+                    f"--json {json_out} is a folder; give a file name, e.g. {json_out / 'profile.json'}"
+                )
+            if json_out.exists() or json_out.is_symlink():
+                raise LadderError(
+                    f"--json {json_out} exists; give a new file name (a profile never replaces a file)"
+                )
+            if not json_out.parent.is_dir():
+                raise LadderError(
+                    f"--json {json_out}: folder {json_out.parent} does not exist; create it first"
+                )
         if not torch.cuda.is_available():
             raise LadderError("ladder.profile needs a CUDA GPU")
         prepared = prepare_idea(family, idea, [], None, load=True)
@@ -268,9 +280,27 @@ def main(
         result["directions"][d] = res
     result["autotune"] = autotune_picks()
     if json_out is not None:
-        tmp = json_out.with_name(json_out.name + ".partial")
-        tmp.write_text(json.dumps(result, indent=1))
-        tmp.replace(json_out)  # all or nothing: a reader never sees half a file
+        _write_new(json_out, json.dumps(result, indent=1))
+
+
+def _write_new(path: Path, text: str) -> None:
+    """Write `text` to `path`, all or nothing, never over a file: a file that appeared there
+    during the run is kept and the result goes beside it (`<name>.<n>`), said on stderr."""
+    tmp = path.with_name(path.name + ".partial")
+    tmp.write_text(text)
+    target, n = path, 0
+    while True:
+        try:
+            os.link(tmp, target)  # fails where anything is at target: nothing is replaced
+            break
+        except FileExistsError:
+            n += 1
+            target = path.with_name(f"{path.name}.{n}")
+    tmp.unlink()
+    if target != path:
+        typer.echo(
+            f"{path} appeared during the run and is kept; the profile is in {target}", err=True
+        )
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -198,3 +199,68 @@ def test_profile_cli_writes_each_direction_in_its_mode(monkeypatch, tmp_path, ho
     else:
         assert data["directions"]["fwd"]["wall_ms"] == 1.5
         assert "cconv/000-fla prod fwd: wall 1.500 ms/call, kernels 1.000 ms/call" in res.output
+
+
+def _fake_profile_gpu(monkeypatch):
+    """The profile CLI's measuring parts stood in (see the test above); returns the module."""
+    import types
+
+    import torch
+
+    from ladder import profile
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Fake GPU")
+    fam = profile.paths.load_family("cconv")
+    monkeypatch.setattr(fam, "make_inputs", lambda shape, device, seed: None)
+    monkeypatch.setattr(fam, "timed", lambda module, inputs: {"fwd": "F"})
+    monkeypatch.setattr(
+        profile,
+        "prepare_idea",
+        lambda *a, **k: types.SimpleNamespace(folder="000-fla", module=None),
+    )
+    monkeypatch.setattr(
+        profile,
+        "profile_direction",
+        lambda fn, *, warmup, reps: {"wall_ms": 1.0, "kernel_ms": 1.0, "kernels": []},
+    )
+    return profile
+
+
+@pytest.mark.parametrize("what", ["file", "folder", "seed"])
+def test_profile_cli_refuses_before_any_gpu_work(monkeypatch, tmp_path, what) -> None:
+    """An existing file (a committed record, say) is never replaced, a folder is refused, and
+    so is a negative seed: each before the idea is prepared or anything is measured."""
+    profile = _fake_profile_gpu(monkeypatch)
+    monkeypatch.setattr(profile, "prepare_idea", lambda *a, **k: pytest.fail("prepared"))
+    target = tmp_path / "record.json"
+    target.write_text('{"kept": true}')
+    args = {
+        "file": ["--json", str(target)],
+        "folder": ["--json", str(tmp_path)],
+        "seed": ["--seed", "-1"],
+    }[what]
+    res = CliRunner().invoke(profile.app, ["cconv", "000", "--directions", "fwd", *args])
+    assert res.exit_code == 2, res.output
+    assert {"file": "exists", "folder": "is a folder", "seed": "--seed"}[what] in res.output
+    assert target.read_text() == '{"kept": true}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["record.json"]
+
+
+def test_profile_result_never_replaces_a_file_that_appeared(monkeypatch, tmp_path) -> None:
+    profile = _fake_profile_gpu(monkeypatch)
+    out = tmp_path / "p.json"
+    real = profile.profile_direction
+
+    def appear(fn, **kw):  # another process writes the path while this one measures
+        out.write_text("theirs")
+        return real(fn, **kw)
+
+    monkeypatch.setattr(profile, "profile_direction", appear)
+    res = CliRunner().invoke(
+        profile.app, ["cconv", "000", "--directions", "fwd", "--json", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    assert out.read_text() == "theirs"
+    assert json.loads((tmp_path / "p.json.1").read_text())["idea"] == "000-fla"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json", "p.json.1"]

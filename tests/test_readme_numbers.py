@@ -287,7 +287,7 @@ def test_readme_names_the_next_free_idea_numbers() -> None:
     }
     assert f"scaffolds `ladder/kernels/cconv/ideas/{nxt['cconv']:03d}-my-idea/`" in readme
     assert f"(the next free number; 001 to {nxt['cconv'] - 1:03d} exist;" in readme
-    assert f"`ladder new kda my-idea` gives {nxt['kda']:03d}," in readme
+    assert f"`python -m ladder new kda my-idea` gives {nxt['kda']:03d}," in readme
 
 
 def test_readme_quotes_the_kda_host_times() -> None:

@@ -98,3 +98,12 @@ def test_fla_drift_error_is_public_and_the_one_warmup_raises():
     assert "FlaDriftError" in kernel_fun.__all__
     assert kernel_fun.FlaDriftError is compat.FlaDriftError
     assert issubclass(kernel_fun.FlaDriftError, RuntimeError)
+
+
+def test_patch_error_is_public_and_the_one_patch_fla_raises():
+    import kernel_fun
+    from kernel_fun import _patch
+
+    assert "PatchError" in kernel_fun.__all__
+    assert kernel_fun.PatchError is _patch.PatchError
+    assert issubclass(kernel_fun.PatchError, RuntimeError)

@@ -702,3 +702,46 @@ def test_warm_lengths_visit_every_l2norm_bucket(B, H, T_max):
 def test_warm_lengths_refuse_nonsense():
     with pytest.raises(ValueError, match="T_max"):
         ops.warm_lengths(1, 16, 0)
+
+
+def test_is_supported_says_what_the_call_does_under_fla_drift(in_box, fla_rec, monkeypatch):
+    tensors, kw = _inputs()
+    monkeypatch.setattr(compat, "engage", lambda family: False)
+    ok, reason = is_supported(*tensors, **kw)
+    assert not ok and "fla drift" in reason
+    chunk_kda(*tensors, **kw)
+    assert len(fla_rec.calls) == 1
+
+
+def test_fallback_reasons_hold_no_argument_contents(in_box, fla_rec, caplog):
+    """A reason names an odd argument by its type (a tensor by shape and dtype), never by its
+    contents, so calls whose arguments change do not each log a new line, and nothing is
+    printed from the GPU."""
+    tensors, kw = _inputs()
+
+    class Context:  # an object holding a tensor, as fla's context-parallel context does
+        def __init__(self, n):
+            self.cu_seqlens = torch.arange(0, 8 + 1000 * n, 7 + n)
+
+        def __repr__(self):
+            return f"Context(cu_seqlens={self.cu_seqlens!r})"
+
+    reasons = set()
+    with caplog.at_level(logging.INFO, logger="kernel_fun"):
+        for n in range(3):
+            for extra in (dict(cp_context=Context(n)), dict(scale=torch.full((n + 1,), 0.5))):
+                ok, reason = is_supported(*tensors, **{**kw, **extra})
+                assert not ok and "tensor(" not in reason and len(reason) < 160, reason
+                reasons.add(reason)
+                chunk_kda(*tensors, **{**kw, **extra})
+    assert reasons == {
+        "cp_context=a Context is not supported (only None)",
+        "scale=a Tensor of shape (1,) and dtype torch.float32 is not supported (None or a "
+        "finite number)",
+        "scale=a Tensor of shape (2,) and dtype torch.float32 is not supported (None or a "
+        "finite number)",
+        "scale=a Tensor of shape (3,) and dtype torch.float32 is not supported (None or a "
+        "finite number)",
+    }
+    assert len(fla_rec.calls) == 6
+    assert not any("tensor(" in r.getMessage() for r in caplog.records)

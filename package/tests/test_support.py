@@ -20,8 +20,6 @@ def _clean(monkeypatch):
         "KERNEL_FUN_KDA_DISABLE",
         "KERNEL_FUN_DEBUG",
         "KERNEL_FUN_FALLBACK",
-        "KERNEL_FUN_CCONV_MIN_CTAS",
-        "KERNEL_FUN_KDA_MIN_CTAS",
         "KERNEL_FUN_ALLOW_ARCH",
     ):
         monkeypatch.delenv(name, raising=False)
@@ -89,41 +87,6 @@ def test_debug_and_fallback_follow_the_environment_between_calls(monkeypatch):
 def test_family_must_be_an_identifier(family):
     with pytest.raises(ValueError, match="family"):
         support.disabled(family)
-
-
-# ---------------------------------------------------------------- CTA floor
-
-
-@pytest.mark.parametrize(("raw", "expected"), [("1", 1), ("256", 256), (" 64 ", 64), ("08", 8)])
-def test_cta_floor_uses_a_positive_integer(monkeypatch, raw, expected, caplog):
-    monkeypatch.setenv("KERNEL_FUN_CCONV_MIN_CTAS", raw)
-    with caplog.at_level(logging.INFO, logger=LOGGER):
-        assert support.cta_floor("cconv", 512) == expected
-    assert _warnings(caplog) == []
-
-
-def test_cta_floor_default_when_unset():
-    assert support.cta_floor("cconv", 512) == 512
-
-
-@pytest.mark.parametrize("raw", ["0", "-3", "abc", "1.5", "", "+8", "1e3", "1_000"])
-def test_bad_cta_floor_is_warned_about_once_and_ignored(monkeypatch, raw, caplog):
-    monkeypatch.setenv("KERNEL_FUN_CCONV_MIN_CTAS", raw)
-    with caplog.at_level(logging.INFO, logger=LOGGER):
-        results = [support.cta_floor("cconv", 512) for _ in range(3)]
-    assert results == [512, 512, 512]
-    (message,) = _warnings(caplog)
-    assert f"KERNEL_FUN_CCONV_MIN_CTAS={raw!r}" in message and "512" in message
-
-
-def test_cta_floor_is_read_per_call_and_per_family(monkeypatch):
-    monkeypatch.setenv("KERNEL_FUN_CCONV_MIN_CTAS", "64")
-    assert support.cta_floor("cconv", 512) == 64
-    assert support.cta_floor("kda", 256) == 256
-    monkeypatch.setenv("KERNEL_FUN_CCONV_MIN_CTAS", "128")
-    assert support.cta_floor("cconv", 512) == 128
-    monkeypatch.setenv("KERNEL_FUN_CCONV_MIN_CTAS", "x")
-    assert support.cta_floor("cconv", 512) == 512
 
 
 # ---------------------------------------------------------------- logging

@@ -26,7 +26,6 @@ Environment switches, read on every call (so they can be flipped on a running pr
     KERNEL_FUN_DEBUG=1               log (at WARNING) why a call fell back to fla
     KERNEL_FUN_FALLBACK=1            on fla drift (a symbol or keyword this package calls moved),
                                      warn and fall back instead of raising FlaDriftError
-    KERNEL_FUN_<FAMILY>_MIN_CTAS=N   a family's dispatch floor, where the family has one
     KERNEL_FUN_ALLOW_ARCH=1          run the kernels on architectures their GPU tests have not
                                      passed on (today only sm90 has); off: those calls go to fla
 
@@ -41,7 +40,15 @@ import importlib.util
 import platform
 from typing import Any
 
-__all__ = ["FlaDriftError", "__version__", "patch_fla", "patched_fla", "unpatch_fla", "versions"]
+__all__ = [
+    "FlaDriftError",
+    "PatchError",
+    "__version__",
+    "patch_fla",
+    "patched_fla",
+    "unpatch_fla",
+    "versions",
+]
 
 __version__ = "0.3.0.dev0"
 
@@ -51,6 +58,7 @@ _LAZY_ATTRS: dict[str, str] = {
     "patch_fla": "kernel_fun._patch",
     "unpatch_fla": "kernel_fun._patch",
     "patched_fla": "kernel_fun._patch",
+    "PatchError": "kernel_fun._patch",  # what patch_fla raises when fla's layers cannot take it
     "FlaDriftError": "kernel_fun._common.compat",  # what warmup raises when fla moved
 }
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +37,6 @@ TESTED_ARCHS: frozenset[tuple[int, int]] = frozenset({(9, 0)})
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"", "0", "false", "no", "off"})
-_POSITIVE_INT = re.compile(r"[0-9]+")
 
 _logged: set[str] = set()
 _VERSIONS_KEY = "\x00kernel-fun versions"  # a key no real message can collide with
@@ -48,17 +46,41 @@ _WARM: set[tuple] = set()
 _PHASES = ("fwd", "bwd")
 
 
+_LOG_CAP = 1024  # distinct messages kept for deduplication; past it, new ones are dropped
+_CAPPED_KEY = "\x00kernel-fun log cap"
+
+
 def log_once(message: str, level: int = logging.INFO) -> None:
     """Log `message` on the ``kernel_fun`` logger at `level`, the first time it is seen.
 
     Deduplication is by (level, message) for the life of the process, so the same message
-    raised to a higher level (e.g. by KERNEL_FUN_DEBUG) is logged once more.
+    raised to a higher level (e.g. by KERNEL_FUN_DEBUG) is logged once more. After
+    ``_LOG_CAP`` distinct messages, one WARNING says so and later new messages are not
+    logged: a process whose calls keep producing new reasons must not grow without bound.
     """
     key = f"{level}\x00{message}"
     if key in _logged:
         return
+    if len(_logged) >= _LOG_CAP:
+        if _CAPPED_KEY not in _logged:
+            _logged.add(_CAPPED_KEY)
+            log.warning("kernel-fun: %d distinct messages logged; later new ones are not", _LOG_CAP)
+        return
     _logged.add(key)
     log.log(level, message)
+
+
+def brief(value: Any) -> str:
+    """An argument as a fallback reason names it: the repr of None, a bool, a number or a
+    string, cut to 40 characters; a tensor's shape and dtype; else its type. Never a
+    tensor's or container's contents (large, and printing a CUDA tensor waits on the GPU)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        text = repr(value)
+        return text if len(text) <= 40 else text[:37] + "..."
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if shape is not None and dtype is not None:
+        return f"a {type(value).__name__} of shape {tuple(shape)} and dtype {dtype}"
+    return f"a {type(value).__name__}"
 
 
 def log_versions_once() -> None:
@@ -151,30 +173,6 @@ def report_fallback(family: str, reason: str) -> None:
     """
     level = logging.WARNING if debug() else logging.INFO
     log_once(f"kernel-fun {family}: calling fla instead: {reason}", level)
-
-
-def cta_floor(family: str, default: int) -> int:
-    """`family`'s dispatch floor in CTAs: KERNEL_FUN_<FAMILY>_MIN_CTAS if valid, else `default`.
-
-    A floor is a performance choice (below it fla is measured faster), and the crossover
-    depends on the workload, so a shape measured to win below the default can opt in from
-    outside. Read per call. A value that is not a positive integer written in decimal digits
-    ("0", "-3", "abc", "1.5", "") is ignored with a warning logged once per value: falling
-    back is this package's job, ending a run over a typo is not.
-    """
-    name = f"KERNEL_FUN_{_family_key(family)}_MIN_CTAS"
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    text = raw.strip()
-    if _POSITIVE_INT.fullmatch(text) and int(text) > 0:
-        return int(text)
-    log_once(
-        f"kernel-fun {family}: ignoring {name}={raw!r} (want a positive integer); "
-        f"using the default floor of {default} CTAs",
-        logging.WARNING,
-    )
-    return default
 
 
 @cache

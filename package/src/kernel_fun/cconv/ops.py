@@ -291,12 +291,12 @@ def _classify(
     if options["cp_context"] is not None:
         return "cp_context (context parallelism) is not supported (only cp_context=None)"
     if not isinstance(backend, str) or backend != "triton":
-        return f"backend={backend!r} is not supported (only 'triton')"
+        return f"backend={support.brief(backend)} is not supported (only 'triton')"
     if not (activation is None or (isinstance(activation, str) and activation in ACTIVATIONS)):
-        return f"activation={activation!r} is not supported (only None/'silu'/'swish')"
+        return f"activation={support.brief(activation)} is not supported (only None/'silu'/'swish')"
     ofs = options["output_final_state"]
     if not (ofs is None or isinstance(ofs, bool)):
-        return f"output_final_state={ofs!r} is not supported (only True/False/None)"
+        return f"output_final_state={support.brief(ofs)} is not supported (only True/False/None)"
     if not isinstance(x, torch.Tensor) or not isinstance(weight, torch.Tensor):
         return "x and weight must both be tensors"
     if x.dim() != 3:
@@ -627,6 +627,8 @@ def is_supported(
         cu_seqlens, cu_seqlens_cpu, chunk_indices, cp_context,
     )  # fmt: skip
     reason = _unsupported_reason(x, weight, activation, backend, options, kwargs)
+    if reason is None and not compat.engage(FAMILY):
+        reason = "fla drift found by the compatibility probe (see the error logged above)"
     return (reason is None, reason or "supported")
 
 
@@ -645,7 +647,7 @@ def _update_reason(x, cache, residual, weight, bias, activation) -> str | None:
     if support.disabled(FAMILY):
         return "disabled by KERNEL_FUN_DISABLE / KERNEL_FUN_CCONV_DISABLE"
     if not (activation is None or (isinstance(activation, str) and activation in ACTIVATIONS)):
-        return f"activation={activation!r} is not supported (only None/'silu'/'swish')"
+        return f"activation={support.brief(activation)} is not supported (only None/'silu'/'swish')"
     if not all(isinstance(t, torch.Tensor) for t in (x, cache, weight)):
         return "x, cache and weight must be tensors"
     if x.dtype not in BOX_X_DTYPES:
@@ -659,7 +661,7 @@ def _update_reason(x, cache, residual, weight, bias, activation) -> str | None:
     if not weight.is_floating_point():
         return f"weight dtype {weight.dtype} is not a float dtype"
     if x.numel() == 0 or N > MAX_N:
-        return f"{N} sequences: not supported (1 to {MAX_N})"
+        return f"x {tuple(x.shape)}: {N} sequences of D={D} channels (1 to {MAX_N} sequences of D >= 1)"
     reason = support.triton_unsupported_reason(x, FAMILY)
     if reason is not None:
         return reason

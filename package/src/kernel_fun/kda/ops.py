@@ -211,24 +211,24 @@ def _classify(
         return f"keyword(s) {unknown} are not handled by kernel-fun"
     chunk_size = kwargs.get("chunk_size", CHUNK_SIZE)
     if type(chunk_size) is not int or chunk_size != CHUNK_SIZE:
-        return f"chunk_size={chunk_size!r} is not supported (only {CHUNK_SIZE})"
+        return f"chunk_size={support.brief(chunk_size)} is not supported (only {CHUNK_SIZE})"
     for name in _LAYER_FLAGS:
         if options[name] is not True:
-            return f"{name}={options[name]!r} is not supported (only True, as the layer passes)"
+            return f"{name}={support.brief(options[name])} is not supported (only True, as the layer passes)"
     for name, default in _DEFAULT_ONLY.items():
         if options[name] is not default:
-            return f"{name}={options[name]!r} is not supported (only {default!r})"
+            return f"{name}={support.brief(options[name])} is not supported (only {default!r})"
     for name in ("output_final_state", "allow_neg_eigval", "safe_gate"):
         if not _is_flag(options[name]):
-            return f"{name}={options[name]!r} is not a bool"
+            return f"{name}={support.brief(options[name])} is not a bool"
     scale = options["scale"]
     if scale is not None and not (_is_number(scale) and math.isfinite(scale)):
-        return f"scale={scale!r} is not supported (None or a finite number)"
+        return f"scale={support.brief(scale)} is not supported (None or a finite number)"
     lower_bound = options["lower_bound"]
     if options["safe_gate"]:
         lo, hi = LOWER_BOUND_RANGE
         if not (_is_number(lower_bound) and lo <= lower_bound < hi):
-            return f"safe_gate=True needs lower_bound in [{lo:g}, {hi:g}), got {lower_bound!r}"
+            return f"safe_gate=True needs lower_bound in [{lo:g}, {hi:g}), got {support.brief(lower_bound)}"
     elif lower_bound is not None:
         return "lower_bound without safe_gate=True is not supported (a gate form outside the box)"
 
@@ -523,6 +523,8 @@ def is_supported(
         use_graph, max_num_seqs,
     )  # fmt: skip
     reason = _unsupported_reason(q, k, v, g, beta, options, kwargs)
+    if reason is None and not compat.engage(FAMILY):
+        reason = "fla drift found by the compatibility probe (see the error logged above)"
     return (reason is None, reason or "supported")
 
 
