@@ -491,3 +491,16 @@ def test_the_dense_case_takes_the_short_path_on_the_002_kernels(routed, box):
     assert rel_err(y, ref["y"]) < TOL[torch.bfloat16]
     assert rel_err(x.grad, ref["dx"]) < TOL[torch.bfloat16]
     assert rel_err(w.grad, ref["dw"]) < 1e-5
+
+
+def test_is_supported_says_what_the_call_does_under_fla_drift(routed, monkeypatch):
+    from kernel_fun._common import compat
+    from kernel_fun.cconv import causal_conv1d, is_supported
+
+    monkeypatch.setattr(compat, "engage", lambda family: False)
+    calls = []
+    monkeypatch.setattr(compat, "fla_causal_conv1d", lambda: lambda **kw: calls.append(kw))
+    ok, reason = is_supported(**_gate_args())
+    assert not ok and "fla drift" in reason
+    causal_conv1d(**_gate_args())
+    assert len(calls) == 1

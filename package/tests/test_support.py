@@ -420,3 +420,27 @@ def test_triton_kernels_of_fla_style_names_and_bad_packages(tmp_path, monkeypatc
     for bad in (None, 3, b"kf_fake_kernels2", support):
         with pytest.raises(TypeError, match="dotted name"):
             support.triton_kernels_of(bad)
+
+
+def test_brief_names_arguments_without_their_contents():
+    import torch
+
+    assert support.brief(None) == "None" and support.brief(True) == "True"
+    assert support.brief(0.5) == "0.5" and support.brief("silu") == "'silu'"
+    assert support.brief(10**100).endswith("...") and len(support.brief(10**100)) == 40
+    big = torch.arange(100_000)
+    assert support.brief(big) == "a Tensor of shape (100000,) and dtype torch.int64"
+    assert support.brief([big]) == "a list" and support.brief(object()) == "a object"
+
+
+def test_distinct_messages_are_capped(monkeypatch, caplog):
+    monkeypatch.setattr(support, "_LOG_CAP", 5)
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        for i in range(20):
+            support.log_once(f"reason {i}")
+    messages = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    assert messages[:5] == [f"reason {i}" for i in range(5)]
+    assert len(messages) == 6 and "5 distinct messages logged" in messages[5]
+    assert len(support._logged) == 6
+    support.log_once("reason 0")  # still deduplicated
+    assert len([r for r in caplog.records if r.name == LOGGER]) == 6
