@@ -417,3 +417,17 @@ def test_readme_quotes_the_kda_h100_pair() -> None:
         "common 4, kda 25 passed and 1 skipped (two GPUs), cconv 59 passed and 8 skipped, on an "
         "H100 80GB HBM3; layer 4, on an H200"
     ) in readme
+
+
+def test_readme_quotes_the_kda_bounds_report() -> None:
+    """The kda bound paragraph quotes the committed tools/kda_bounds.py report."""
+    import re
+
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    report = (ROOT / "docs/results/kda-bounds-024-h100-20261206.txt").read_text()
+    totals = re.findall(r"this chain's bytes ([0-9.]+) GB, ([0-9.]+) ms at the copy rate", report)
+    (fwd_gb, fwd_ms), (bwd_gb, bwd_ms) = totals
+    assert f"least {fwd_gb} GB forward and {bwd_gb} GB backward" in readme
+    assert f"{fwd_ms} and {bwd_ms} ms at the copy rate" in readme
+    best = re.search(r"([0-9.]+)x fla at best", report).group(1)
+    assert f"so {best}x fla's forward+backward" in readme
