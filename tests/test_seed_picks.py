@@ -144,6 +144,11 @@ def test_cli_device_and_version_checks(cache, tmp_path, capsys, monkeypatch):
     assert "seeded 1 keys" in capsys.readouterr().out
     assert seed_picks.main(["--verify"]) == 0
     assert "1 seeded keys used, 0 tuned again" in capsys.readouterr().out
+    # a machine whose cache came with the entry (a carried cache) checks it all the same
+    assert seed_picks.main([str(p), "--device", DEVICE]) == 0
+    assert "seeded 0 keys" in capsys.readouterr().out
+    assert seed_picks.main(["--verify"]) == 0
+    assert "1 seeded keys used, 0 tuned again" in capsys.readouterr().out
     p.write_text("{}")
     with pytest.raises(SystemExit) as e:
         seed_picks.main([str(p), "--device", DEVICE])

@@ -203,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"seed_picks: {r['status']:8} {r['kernel']} {r['key']}")
         n = sum(r["status"] == "re-tuned" for r in rows)
         print(f"seed_picks: {len(rows) - n} seeded keys used, {n} tuned again")
+        # (a key found already there counts as seeded: it was expected to be used too)
         return 0
     device = a.device
     if device is None:
@@ -242,13 +243,14 @@ def main(argv: list[str] | None = None) -> int:
                 f"seed_picks: {path.name}: {r['status']:10} {r['kernel']} {r['key']}"
                 + (f" ({r['why']})" if r["why"] else "")
             )
-        all_rows += [r for r in rows if r["status"] == "seeded"]
+        all_rows += [r for r in rows if r["status"] in ("seeded", "present")]
     if not all_rows:
         print(f"seed_picks: nothing seeded for {device}")
         return 0
     stamp.parent.mkdir(parents=True, exist_ok=True)
     stamp.write_text(json.dumps({"time": time.time(), "device": device, "rows": all_rows}))
-    print(f"seed_picks: seeded {len(all_rows)} keys into {cache_dir}")
+    n = sum(r["status"] == "seeded" for r in all_rows)
+    print(f"seed_picks: seeded {n} keys into {cache_dir} ({len(all_rows) - n} already there)")
     return 0
 
 
