@@ -94,3 +94,42 @@ def test_bad_arguments_exit_2(args, capsys):
         kda_bounds.main(args)
     assert e.value.code == 2
     assert "kda_bounds:" in capsys.readouterr().err
+
+
+def test_the_walk_ideas_kernels_are_modelled():
+    """kda/027's and kda/028's own kernels: the diagonal kernel's extra outputs, the walks
+    that form w and u, and the backward's row-wise kernel, counted by hand at prod."""
+    shape = next(s for s in ALL_SHAPES if s.name == "prod")
+    N, H, HV, K, V = shape.B * shape.T, shape.H, shape.HV, shape.K, shape.V
+    NC = N // 64
+    bf, f32 = 2, 4
+    names = {
+        "fwd": ["kda_fwd_diag_kernel", "chunk_kda_fwd_kernel_walk_wu"],
+        "bwd": ["kda_bwd_qkg_kernel", "kda_bwd_walk_kernel"],
+    }
+    profile = {
+        "idea": "028-bwd-walk-wu",
+        "directions": {
+            d: {"kernels": [{"kernel": n, "ms": 1.0} for n in ns]} for d, ns in names.items()
+        },
+    }
+    rows = {
+        (d, r["kernel"]): r for d, r2 in kda_bounds.bounds(profile, shape, 1.0).items()
+        for r in r2["rows"]
+    }  # fmt: skip
+    qk, gk, vs = N * H * K, N * HV * K, N * HV * V
+    qkg = bf * 2 * qk + f32 * N * HV + f32 * gk + 3 * bf * gk  # q, k, beta, gc; qg, kb, kg
+    assert rows["bwd", "kda_bwd_qkg_kernel"]["gb"] == pytest.approx(qkg / 1e9)
+    walk = 2 * bf * gk + bf * vs + f32 * N * HV + bf * N * HV * 64 + f32 * NC * HV * K
+    walk += bf * gk + bf * NC * HV * K * V + bf * vs  # w, h, v_new out
+    assert rows["bwd", "kda_bwd_walk_kernel"]["gb"] == pytest.approx(walk / 1e9)
+    diag = 2 * bf * qk + f32 * gk + f32 * N * HV  # q, k, gc, beta
+    diag += bf * N * HV * 16 + f32 * N * HV * 16 + 3 * bf * gk  # Aqk diagonal, Akkd, qg, kb, kg
+    assert rows["fwd", "kda_fwd_diag_kernel"]["gb"] == pytest.approx(diag / 1e9)
+    fwd_walk = 3 * bf * gk + bf * vs + f32 * N * HV + 2 * bf * N * HV * 64 + f32 * NC * HV * K
+    fwd_walk += bf * vs  # o out
+    assert rows["fwd", "chunk_kda_fwd_kernel_walk_wu"]["gb"] == pytest.approx(fwd_walk / 1e9)
+    # the same names under an idea without those kernels are refused, not guessed
+    profile["idea"] = "025-saved-gate-cumsum"
+    with pytest.raises(KeyError, match="chunk_kda_fwd_kernel_walk_wu. has no entry"):
+        kda_bounds.bounds(profile, shape, 1.0)

@@ -48,7 +48,7 @@ SUB = 16  # its sub-chunk size
 INTRA_BK = 32  # the backward intra stage's K slice (its partial dbeta per slice)
 TORCH_PREFIXES = ("void at::native::", "void at::", "Memset", "Memcpy")
 
-__all__ = ["SPECS", "Spec", "bounds", "main", "render", "tensor_bytes"]
+__all__ = ["IDEA_SPECS", "SPECS", "Spec", "bounds", "main", "render", "specs_for", "tensor_bytes"]
 
 
 @dataclass(frozen=True)
@@ -161,11 +161,51 @@ SPECS: dict[tuple[str, str], Spec] = {
 }
 
 
+_WALK27 = {  # kda/027's forward: the diagonal kernel also writes kb and kg; the walk forms w, u
+    ("fwd", "kda_fwd_diag_kernel"): Spec(
+        ("qn", "kn", "gc", "beta_s"),
+        (("Aqk", S / C), "Akkd", "qg", "kb", "kg"),
+        SPECS[("fwd", "kda_fwd_diag_kernel")].flops,
+        "diagonal 16x16 tiles; qg, kb and kg",
+    ),
+    ("fwd", "chunk_kda_fwd_kernel_walk_wu"): Spec(
+        ("qg", "kg", "kb", "v", "beta_s", "Akk", "Aqk", "g_last", "h0"),
+        ("o", "ht"),
+        _f(
+            _mm(C, "K", C),
+            _mm(C, "V", C),
+            _mm(C, "V", "K"),
+            _mm(C, "V", "K"),
+            _mm("K", "V", C),
+            _mm(C, "V", C),
+        ),  # fmt: skip
+        "state walk forming w and u, with the output (w counted once)",
+    ),
+}
+_WALK28 = {  # kda/028's backward recompute: a row-wise kernel and a walk forming w and u
+    ("bwd", "kda_bwd_qkg_kernel"): Spec(("qn", "kn", "beta_s", "gc"), ("qg", "kb", "kg")),
+    ("bwd", "kda_bwd_walk_kernel"): Spec(
+        ("kb", "kg", "v", "beta_s", "Akk", "g_last", "h0"),
+        ("w", "h", "v_new"),
+        _f(_mm(C, "K", C), _mm(C, "V", C), _mm(C, "V", "K"), _mm("K", "V", C)),
+        "state walk forming w and u (w counted once)",
+    ),
+}
+# Ideas whose chains launch kernels SPECS does not describe (or describes otherwise), by
+# idea number: their specs take precedence.
+IDEA_SPECS: dict[str, dict[tuple[str, str], Spec]] = {"027": _WALK27, "028": {**_WALK27, **_WALK28}}
+
+
+def specs_for(idea: str) -> dict[tuple[str, str], Spec]:
+    """SPECS with the overrides of ``idea`` (a folder name or number, e.g. '027-walk-wu')."""
+    return {**SPECS, **IDEA_SPECS.get(idea[:3], {})}
+
+
 def tensor_bytes(shape) -> dict[str, int]:
     """Bytes of each tensor the chain passes between its kernels at ``shape`` (a kda
     ``family.Shape``; es = its dtype's size; N tokens; NC chunks, per sequence rounded up):
     q, k, qn, kn, dq_out, dk_out [N, H, K] es; rstd [N, H] fp32; v, u, v_new, do, dv, o
-    [N, HV, V] es; g_in, qg, kg, w, dg_out [N, HV, K] es; gc, dq, dk, dg [N, HV, K] fp32;
+    [N, HV, V] es; g_in, qg, kg, kb, w, dg_out [N, HV, K] es; gc, dq, dk, dg [N, HV, K] fp32;
     dq_h, dk_h [N, H, K] fp32 (after the GVA sum); g_last [NC, HV, K] fp32; beta, dbeta
     [N, HV] es; beta_s (fla's sigmoid, fp32), db [N, HV] fp32; db_parts [K / 32, N, HV] fp32; Aqk, Akk [N, HV, 64] es;
     Akkd [N, HV, 16] fp32; dAqk, dAkk [N, HV, 64] fp32; h, dh [NC, HV, V, K] es; h0, ht, dh0,
@@ -185,7 +225,7 @@ def tensor_bytes(shape) -> dict[str, int]:
         t[n] = es * qk
     for n in ("v", "u", "v_new", "do", "dv", "o"):
         t[n] = es * vs
-    for n in ("g_in", "qg", "kg", "w", "dg_out"):
+    for n in ("g_in", "qg", "kg", "kb", "w", "dg_out"):
         t[n] = es * gk
     for n in ("gc", "dq", "dk", "dg"):
         t[n] = 4 * gk
@@ -218,6 +258,7 @@ def bounds(profile: dict, shape, copy_TBps: float) -> dict:
     TB/s, fraction of the copy rate, ms at the copy rate, time over it, GFLOP; None where
     not modelled) and totals. Raises KeyError naming a kernel neither in SPECS nor torch's."""
     sizes = tensor_bytes(shape)
+    specs = specs_for(str(profile.get("idea", "")))
     lengths = shape.lengths if shape.lengths is not None else (shape.T,) * shape.B
     chunk_heads = sum(math.ceil(n / CHUNK) for n in lengths) * shape.HV
     out = {}
@@ -226,11 +267,13 @@ def bounds(profile: dict, shape, copy_TBps: float) -> dict:
         for kern in d["kernels"]:
             name, ms = kern["kernel"], kern["ms"]
             total_ms += ms
-            spec = SPECS.get((direction, name))
+            spec = specs.get((direction, name))
             row = {"kernel": name, "ms": ms, "launches": kern.get("launches")}
             if spec is None:
                 if not name.startswith(TORCH_PREFIXES):
-                    raise KeyError(f"{direction} kernel {name!r} has no entry in SPECS")
+                    raise KeyError(
+                        f"{direction} kernel {name!r} has no entry in SPECS or IDEA_SPECS"
+                    )
                 row.update(gb=None, torch=True)
                 rows.append(row)
                 continue
