@@ -846,3 +846,12 @@ def engage(family: str) -> bool:
     except FlaDriftError as e:
         log_once(f"kernel-fun {family}: {e}; falling back to fla", logging.ERROR)
         return False
+
+
+DRIFT_REASON = "fla drift found by the compatibility probe (see the error logged above)"
+
+
+def drift_reason(family: str) -> str | None:
+    """None when `family` may run our kernels as far as fla's internals go (``engage``),
+    else the fallback reason to report."""
+    return None if engage(family) else DRIFT_REASON

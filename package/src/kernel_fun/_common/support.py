@@ -83,6 +83,13 @@ def brief(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
+def unclassifiable(exc: Exception) -> str:
+    """The fallback reason for arguments whose classification raised `exc`: its type and the
+    first 80 characters of its message (which may quote an argument's value)."""
+    text = " ".join(str(exc).split())
+    return f"arguments kernel-fun cannot classify ({type(exc).__name__}: {text[:80]})"
+
+
 def log_versions_once() -> None:
     """Log `kernel_fun.versions()` at INFO the first time any family engages.
 

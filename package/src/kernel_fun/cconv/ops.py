@@ -254,12 +254,14 @@ def _unsupported_reason(
     options: dict[str, Any],
     kwargs: dict[str, Any],
 ) -> str | None:
-    """None when our kernels take this call, else why not (one line). Never raises: an
-    argument the gate cannot even classify is a reason to hand the call to fla."""
+    """None when our kernels take this call, else why not (one line), fla drift included.
+    Never raises: an argument the gate cannot even classify is a reason to hand the call to
+    fla."""
     try:
-        return _classify(x, weight, activation, backend, options, kwargs)
+        reason = _classify(x, weight, activation, backend, options, kwargs)
     except Exception as exc:  # e.g. an array where a flag was expected: fla decides
-        return f"arguments kernel-fun cannot classify ({type(exc).__name__}: {exc})"
+        return support.unclassifiable(exc)
+    return reason if reason is not None else compat.drift_reason(FAMILY)
 
 
 def _needs_box(x: torch.Tensor, activation: Any, options: dict[str, Any]) -> str | None:
@@ -578,8 +580,6 @@ def _causal_conv1d(
         cu_seqlens, cu_seqlens_cpu, chunk_indices, cp_context,
     )  # fmt: skip
     reason = _unsupported_reason(x, weight, activation, backend, options, kwargs)
-    if reason is None and not compat.engage(FAMILY):
-        reason = "fla drift found by the compatibility probe (see the error logged above)"
     if reason is not None:
         support.report_fallback(FAMILY, reason)
         return compat.fla_causal_conv1d()(
@@ -627,8 +627,6 @@ def is_supported(
         cu_seqlens, cu_seqlens_cpu, chunk_indices, cp_context,
     )  # fmt: skip
     reason = _unsupported_reason(x, weight, activation, backend, options, kwargs)
-    if reason is None and not compat.engage(FAMILY):
-        reason = "fla drift found by the compatibility probe (see the error logged above)"
     return (reason is None, reason or "supported")
 
 
@@ -709,9 +707,9 @@ def _update(x, cache, residual, weight, bias, activation):
     try:
         reason = _update_reason(x, cache, residual, weight, bias, activation)
     except Exception as exc:
-        reason = f"arguments kernel-fun cannot classify ({type(exc).__name__}: {exc})"
-    if reason is None and not compat.engage(FAMILY):
-        reason = "fla drift found by the compatibility probe (see the error logged above)"
+        reason = support.unclassifiable(exc)
+    if reason is None:
+        reason = compat.drift_reason(FAMILY)
     if reason is not None:
         support.report_fallback(FAMILY, reason)
         return compat.fla_original("causal_conv1d_update")(

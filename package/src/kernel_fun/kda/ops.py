@@ -193,12 +193,14 @@ def _fla_backend_reason(
 def _unsupported_reason(
     q: Any, k: Any, v: Any, g: Any, beta: Any, options: dict[str, Any], kwargs: dict[str, Any]
 ) -> str | None:
-    """None when our kernels take this call, else why not (one line). Never raises: an
-    argument the gate cannot even classify is a reason to hand the call to fla."""
+    """None when our kernels take this call, else why not (one line), fla drift included.
+    Never raises: an argument the gate cannot even classify is a reason to hand the call to
+    fla."""
     try:
-        return _classify(q, k, v, g, beta, options, kwargs)
+        reason = _classify(q, k, v, g, beta, options, kwargs)
     except Exception as exc:  # e.g. an array where a flag was expected: fla decides
-        return f"arguments kernel-fun cannot classify ({type(exc).__name__}: {exc})"
+        return support.unclassifiable(exc)
+    return reason if reason is not None else compat.drift_reason(FAMILY)
 
 
 def _classify(
@@ -475,8 +477,6 @@ def chunk_kda(
         use_graph, max_num_seqs,
     )  # fmt: skip
     reason = _unsupported_reason(q, k, v, g, beta, options, kwargs)
-    if reason is None and not compat.engage(FAMILY):
-        reason = "fla drift found by the compatibility probe (see the error logged above)"
     if reason is not None:
         support.report_fallback(FAMILY, reason)
         return compat.fla_chunk_kda()(q=q, k=k, v=v, g=g, beta=beta, **options, **kwargs)
@@ -523,8 +523,6 @@ def is_supported(
         use_graph, max_num_seqs,
     )  # fmt: skip
     reason = _unsupported_reason(q, k, v, g, beta, options, kwargs)
-    if reason is None and not compat.engage(FAMILY):
-        reason = "fla drift found by the compatibility probe (see the error logged above)"
     return (reason is None, reason or "supported")
 
 
