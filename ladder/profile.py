@@ -25,9 +25,9 @@ configuration each picked for the keys it saw (``--json`` writes everything to a
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,12 +36,14 @@ import typer
 from ladder import paths
 from ladder.paths import LadderError
 from ladder.prepare import prepare_idea
+from ladder.recstore import write_new_file
 
 __all__ = [
     "DIRECTIONS",
     "autotune_picks",
     "check_directions",
     "host_table",
+    "iter_autotuners",
     "kernel_table",
     "profile_direction",
     "profile_host",
@@ -148,23 +150,31 @@ def _unwrap_autotuner(obj: Any, autotuner: type) -> Any:
     return None
 
 
-def autotune_picks() -> list[dict[str, Any]]:
-    """Every Triton Autotuner in a loaded module of fla, the ladder or kernel_fun, with the
-    configurations it picked: [{module, kernel, key, config}]."""
+def iter_autotuners(packages: tuple[str, ...]) -> Iterator[tuple[str, str, Any]]:
+    """(module name, attribute name, Autotuner) for every Triton Autotuner under an attribute
+    (heuristics and jit wrappers unwrapped) of a loaded module of ``packages``, each once."""
     from triton.runtime.autotuner import Autotuner
 
-    out, seen = [], set()
+    seen = set()
     for mname, mod in list(sys.modules.items()):
-        if mod is None or mname.split(".")[0] not in PICK_PACKAGES:
+        if mod is None or mname.split(".")[0] not in packages:
             continue
         for name, obj in list(vars(mod).items()):
             tuner = _unwrap_autotuner(obj, Autotuner)
             if tuner is None or id(tuner) in seen:
                 continue
             seen.add(id(tuner))
-            for key, cfg in tuner.cache.items():
-                out.append({"module": mname, "kernel": name, "key": repr(key), "config": str(cfg)})
-    return out
+            yield mname, name, tuner
+
+
+def autotune_picks() -> list[dict[str, Any]]:
+    """Every Triton Autotuner in a loaded module of fla, the ladder or kernel_fun, with the
+    configurations it picked: [{module, kernel, key, config}]."""
+    return [
+        {"module": mname, "kernel": name, "key": repr(key), "config": str(cfg)}
+        for mname, name, tuner in iter_autotuners(PICK_PACKAGES)
+        for key, cfg in tuner.cache.items()
+    ]
 
 
 app = typer.Typer(add_completion=False, help=__doc__.split("\n")[0])
@@ -286,17 +296,14 @@ def main(
 def _write_new(path: Path, text: str) -> None:
     """Write `text` to `path`, all or nothing, never over a file: a file that appeared there
     during the run is kept and the result goes beside it (`<name>.<n>`), said on stderr."""
-    tmp = path.with_name(path.name + ".partial")
-    tmp.write_text(text)
     target, n = path, 0
     while True:
         try:
-            os.link(tmp, target)  # fails where anything is at target: nothing is replaced
+            write_new_file(target, text, prefix=".profile-")
             break
         except FileExistsError:
             n += 1
             target = path.with_name(f"{path.name}.{n}")
-    tmp.unlink()
     if target != path:
         typer.echo(
             f"{path} appeared during the run and is kept; the profile is in {target}", err=True

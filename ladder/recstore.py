@@ -27,6 +27,7 @@ __all__ = [
     "load_records",
     "read_record",
     "rescue_record",
+    "write_new_file",
     "write_record",
 ]
 
@@ -126,9 +127,32 @@ def _write_new(idea_dir: Path, rec: dict, records_dir: Path | None) -> Path:
     text = json.dumps(_clean(rec), indent=2, sort_keys=False, allow_nan=False) + "\n"
     out_dir = ensure_records_dir(out_dir)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX, dir=out_dir)
+        write_new_file(final, text)
+    except FileExistsError:
+        raise RecordError(
+            f"{final} exists; records are never rewritten (bench again for a new record_id)"
+        ) from None
+    except _TempNotCreated as exc:
+        raise RecordError(f"cannot write a record in {out_dir}: {exc}") from None
     except OSError as exc:
-        raise RecordError(f"cannot write a record in {out_dir}: {_os_reason(exc)}") from None
+        raise RecordError(f"cannot write {final}: {_os_reason(exc)}") from None
+    return final
+
+
+class _TempNotCreated(OSError):
+    """The temporary file beside the target could not be created (the folder's fault)."""
+
+
+def write_new_file(final: Path, text: str, prefix: str = TEMP_PREFIX) -> None:
+    """Write `text` to `final`, whole or not at all, and never over anything already there:
+    through a temporary file in the same folder (fsynced), hard-linked into place (renamed
+    where the file system has no hard links). Raises FileExistsError when something is at
+    `final` (then nothing changed), OSError for any other failure (no temporary file left)."""
+    final = Path(final)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=TEMP_SUFFIX, dir=final.parent)
+    except OSError as exc:
+        raise _TempNotCreated(_os_reason(exc)) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
@@ -137,22 +161,17 @@ def _write_new(idea_dir: Path, rec: dict, records_dir: Path | None) -> Path:
         try:
             os.link(tmp, final)
         except FileExistsError:
-            raise RecordError(
-                f"{final} exists; records are never rewritten (bench again for a new record_id)"
-            ) from None
+            raise
         except OSError:
             # A file system without hard links: rename the complete file into place.
             if os.path.lexists(final):
-                raise RecordError(f"{final} exists; records are never rewritten") from None
+                raise FileExistsError(f"{final} exists") from None
             os.replace(tmp, final)
-    except OSError as exc:
-        raise RecordError(f"cannot write {final}: {_os_reason(exc)}") from None
     finally:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
-    return final
 
 
 def _os_reason(exc: OSError) -> str:

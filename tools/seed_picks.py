@@ -50,29 +50,20 @@ __all__ = ["autotuners", "load_picks", "main", "seed", "verify"]
 
 def autotuners(modules=MODULES) -> dict:
     """{kernel name: [Autotuner, ...]} over every fla module loaded after importing
-    ``modules``: module attributes that are, or wrap (heuristics), a Triton Autotuner, named
-    by the innermost JIT function's name."""
-    from triton.runtime.autotuner import Autotuner
+    ``modules`` (``ladder.profile.iter_autotuners``), named by the innermost JIT function."""
     from triton.runtime.jit import JITFunction
+
+    sys.path.insert(0, str(ROOT))
+    from ladder.profile import iter_autotuners
 
     for m in modules:
         importlib.import_module(m)
     found: dict[str, list] = {}
-    for name, mod in list(sys.modules.items()):
-        if not (name == "fla" or name.startswith("fla.")) or mod is None:
-            continue
-        for obj in list(vars(mod).values()):
-            at, seen = obj, 0
-            while at is not None and not isinstance(at, Autotuner) and seen < 8:
-                at, seen = getattr(at, "fn", None), seen + 1
-            if not isinstance(at, Autotuner):
-                continue
-            fn = at.fn
-            while not isinstance(fn, JITFunction):
-                fn = fn.fn
-            lst = found.setdefault(fn.__name__, [])
-            if all(x is not at for x in lst):
-                lst.append(at)
+    for _, _, at in iter_autotuners(("fla",)):
+        fn = at.fn
+        while not isinstance(fn, JITFunction):
+            fn = fn.fn
+        found.setdefault(fn.__name__, []).append(at)
     return found
 
 
